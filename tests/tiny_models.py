@@ -1,0 +1,65 @@
+"""Tiny Hugging Face-format checkpoints the tests build (no hub, no download).
+
+A character-level tokenizer (``tokenizers`` WordLevel over single characters) and random
+Llama models in fp32 with head_dim 32 (vLLM's CPU attention needs head_dim >= 32).
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from pathlib import Path
+
+SPECIALS = ["<eos>", "<pad>", "<unk>"]
+CHARS = list(string.ascii_lowercase) + list(string.digits) + list(" \n.,:;!?()=+-*/'\"_#[]{}<>")
+
+
+def char_vocab(vocab_size: int) -> list[str]:
+    tokens = SPECIALS + CHARS
+    if vocab_size > len(tokens):
+        tokens += [f"<x{i}>" for i in range(vocab_size - len(tokens))]
+    return tokens[:vocab_size]
+
+
+def write_char_tokenizer(path: Path, vocab_size: int) -> None:
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {tok: i for i, tok in enumerate(char_vocab(vocab_size))}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    path.mkdir(parents=True, exist_ok=True)
+    tok.save(str(path / "tokenizer.json"))
+    (path / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>",
+        "bos_token": None, "add_bos_token": False, "model_max_length": 4096,
+        "chat_template": "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                         "{% if add_generation_prompt %}assistant: {% endif %}",
+    }))
+    (path / "special_tokens_map.json").write_text(json.dumps(
+        {"eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>"}))
+
+
+def build_tiny_llama(path: Path, *, vocab_size: int = 64, hidden: int = 64, layers: int = 2,
+                     heads: int = 2, init_range: float = 0.2, seed: int = 0,
+                     max_positions: int = 1024) -> Path:
+    """Random fp32 Llama with a char tokenizer; larger ``init_range`` = peakier logits."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    path = Path(path)
+    if (path / "config.json").exists():
+        return path
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
+        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
+        head_dim=hidden // heads, max_position_embeddings=max_positions,
+        initializer_range=init_range, bos_token_id=None, eos_token_id=0, pad_token_id=1,
+        tie_word_embeddings=False, torch_dtype="float32",
+    )
+    model = LlamaForCausalLM(cfg).to(torch.float32).eval()
+    model.save_pretrained(path, safe_serialization=True)
+    write_char_tokenizer(path, vocab_size)
+    return path

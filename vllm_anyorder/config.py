@@ -1,0 +1,116 @@
+"""Typed per-method options, parsed and validated in one place.
+
+Users pass options as ``--additional-config '{"anyorder": {"<method>": {...}}}'`` (or
+``LLM(additional_config={"anyorder": {...}})``). :func:`resolve` runs once in the front-end
+process when the engine config is built (see ``patches.py``), rejects bad input before any
+engine process starts, and writes the normalised options back into ``additional_config`` so
+every worker (mp, Ray, each TP rank) parses the identical dictionary with :func:`load`.
+
+This module imports neither torch nor vLLM.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
+
+ANYORDER_KEY = "anyorder"
+MAX_SPEC_LEN = 128  # vLLM 0.32 rejection sampler limit (v1/sample/rejection_sampler.py)
+
+
+class AnyOrderConfigError(ValueError):
+    """Bad plugin configuration; raised at engine start-up, never mid-request."""
+
+
+@dataclass(frozen=True)
+class JacobiConfig:
+    """Options of ``method="jacobi"`` (defaults: the paper's recommended n=64, K=2, pool 4,
+    r=0.85; ``block_size`` comes from ``num_speculative_tokens``)."""
+
+    block_size: int = 64
+    num_blocks: int = 2
+    pool_size: int = 4
+    spawn_ratio: float = 0.85
+    recycle: str = "pool_first"
+
+    def validate(self) -> None:
+        from vllm_anyorder.core.jacobi import RECYCLE_RULES
+
+        _check_range("block_size (num_speculative_tokens)", self.block_size, 1, MAX_SPEC_LEN)
+        _check_range("num_blocks", self.num_blocks, 1, 8)
+        _check_range("pool_size", self.pool_size, 0, 64)
+        if not 0.0 < self.spawn_ratio <= 1.0:
+            raise AnyOrderConfigError(f"jacobi.spawn_ratio must be in (0, 1], got {self.spawn_ratio!r}")
+        if self.recycle not in RECYCLE_RULES:
+            raise AnyOrderConfigError(
+                f"jacobi.recycle must be one of {list(RECYCLE_RULES)}, got {self.recycle!r}"
+            )
+
+    @property
+    def chain_length(self) -> int:
+        """vLLM ``num_speculative_tokens`` the engine is given: K blocks, at most 128."""
+        return min(MAX_SPEC_LEN, self.block_size * self.num_blocks)
+
+
+# method name -> config class; the method table in methods.py refers to these.
+CONFIG_CLASSES: dict[str, type] = {"jacobi": JacobiConfig}
+
+
+def _check_range(name: str, value: Any, lo: int, hi: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise AnyOrderConfigError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
+
+
+def parse(method: str, options: Mapping[str, Any] | None, **derived: Any):
+    """Build and validate the typed config of ``method`` from user options.
+
+    ``derived`` carries values the plugin takes from vLLM's own fields (e.g. ``block_size``
+    from ``num_speculative_tokens``); users may not set those twice.
+    """
+    cls = CONFIG_CLASSES[method]
+    options = dict(options or {})
+    valid = [f.name for f in fields(cls)]
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise AnyOrderConfigError(
+            f"unknown option(s) {unknown} for method '{method}'; valid options: {valid}"
+        )
+    clash = sorted(set(options) & set(derived))
+    if clash:
+        raise AnyOrderConfigError(
+            f"option(s) {clash} of method '{method}' come from the speculative config "
+            "(num_speculative_tokens); do not set them in additional_config"
+        )
+    cfg = cls(**{**options, **derived})
+    cfg.validate()
+    return cfg
+
+
+def section(additional_config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The plugin's part of ``additional_config`` (an empty dict when absent)."""
+    sec = (additional_config or {}).get(ANYORDER_KEY) or {}
+    if not isinstance(sec, Mapping):
+        raise AnyOrderConfigError(f"additional_config['{ANYORDER_KEY}'] must be a JSON object")
+    return dict(sec)
+
+
+def store(additional_config: dict[str, Any], method: str, cfg: Any) -> None:
+    """Write the resolved config back so workers read exactly what the front-end checked."""
+    sec = section(additional_config)
+    sec[method] = dataclasses.asdict(cfg)
+    sec["resolved"] = method
+    additional_config[ANYORDER_KEY] = sec
+
+
+def load(additional_config: Mapping[str, Any] | None, method: str, **fallback: Any):
+    """Read the resolved config in a worker. ``fallback`` fills derived values when the
+    front-end did not run the plugin (e.g. plugins disabled there by ``VLLM_PLUGINS``)."""
+    sec = section(additional_config)
+    opts = dict(sec.get(method) or {})
+    if sec.get("resolved") == method:
+        cfg = CONFIG_CLASSES[method](**opts)
+        cfg.validate()
+        return cfg
+    derived = {k: v for k, v in fallback.items() if k not in opts}
+    return parse(method, opts, **derived)

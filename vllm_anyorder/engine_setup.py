@@ -1,0 +1,89 @@
+"""Start-up resolution of a plugin method: validate, then map onto vLLM's custom_class hook.
+
+Runs in the front-end process (``LLM(...)`` or ``vllm serve``) from the ``method_names``
+patch, before vLLM builds ``SpeculativeConfig`` and before any engine process exists, so bad
+input fails at start-up with nothing half-started.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any
+
+from vllm_anyorder import config, methods
+
+logger = logging.getLogger("vllm_anyorder")
+
+# Keys of additional_config["anyorder"] that are not per-method option blocks.
+_SECTION_KEYS = {"resolved"}
+
+
+def resolve(spec: dict[str, Any], additional: dict[str, Any] | None, target_model_config):
+    """Return (speculative_config dict for vLLM, additional_config) for a plugin method;
+    other methods pass through untouched."""
+    spec = {k.replace("-", "_"): v for k, v in spec.items()}
+    method = methods.lookup(spec.get("method"), spec.get("model"))
+    if method is None:
+        return spec, additional
+    additional = copy.deepcopy(additional) if additional else {}
+    section = config.section(additional)
+    unknown = sorted(set(section) - set(config.CONFIG_CLASSES) - _SECTION_KEYS)
+    if unknown:
+        raise config.AnyOrderConfigError(
+            f"unknown key(s) {unknown} in additional_config['anyorder']; "
+            f"expected method names {sorted(config.CONFIG_CLASSES)}"
+        )
+    _check_target(method, target_model_config)
+    cfg = _parse(method, spec, section.get(method.name))
+    config.store(additional, method.name, cfg)
+    engine_k = cfg.chain_length
+    resolved = {
+        **spec,
+        "method": "custom_class",
+        "model": method.proposer,
+        "num_speculative_tokens": engine_k,
+    }
+    logger.info(
+        "vllm_anyorder: method=%s -> custom_class %s, %s, vLLM verifies up to %d drafts/step",
+        method.name, method.proposer, cfg, engine_k,
+    )
+    return resolved, additional
+
+
+def _parse(method: methods.MethodSpec, spec: dict[str, Any], options: Any):
+    k = spec.get("num_speculative_tokens")
+    if k is None:
+        k = config.CONFIG_CLASSES[method.name]().block_size
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise config.AnyOrderConfigError(
+            f"num_speculative_tokens must be a positive integer for '{method.name}', got {k!r}"
+        )
+    if k > config.MAX_SPEC_LEN:
+        raise config.AnyOrderConfigError(
+            f"num_speculative_tokens={k} exceeds vLLM's limit of {config.MAX_SPEC_LEN} "
+            f"drafts verified per step (MAX_SPEC_LEN); use a block size <= {config.MAX_SPEC_LEN}"
+        )
+    if options is not None and not isinstance(options, dict):
+        raise config.AnyOrderConfigError(
+            f"additional_config['anyorder']['{method.name}'] must be a JSON object"
+        )
+    return config.parse(method.name, options, block_size=k)
+
+
+def _check_target(method: methods.MethodSpec, model_config) -> None:
+    hf = getattr(model_config, "hf_config", None)
+    family = methods.target_family(
+        getattr(hf, "architectures", None), getattr(hf, "model_type", None)
+    )
+    runner = getattr(model_config, "runner_type", "generate")
+    if runner != "generate":
+        raise config.AnyOrderConfigError(
+            f"method '{method.name}' needs a generative model; {model_config.model!r} runs as "
+            f"'{runner}'"
+        )
+    if family != method.target_family:
+        raise config.AnyOrderConfigError(
+            f"method '{method.name}' needs an {method.target_family} target, but "
+            f"{model_config.model!r} ({getattr(hf, 'architectures', None)}) is a {family} model"
+        )

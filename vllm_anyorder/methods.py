@@ -1,0 +1,57 @@
+"""The method table: speculative-config method name -> proposer class and model family.
+
+vLLM 0.32 has no registry of speculative methods; its documented hook is
+``method="custom_class"`` with ``model="<module>.<Class>"``. The plugin lets users write
+``{"method": "jacobi", ...}`` and rewrites it to that hook at config time (``patches.py``).
+Dispatch is by this table, never by if/elif chains. Imports neither torch nor vLLM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str
+    proposer: str  # dotted class path for vLLM's custom_class hook
+    target_family: str  # "autoregressive" | "diffusion": which targets the method can serve
+    paper: str
+
+
+METHODS: dict[str, MethodSpec] = {
+    spec.name: spec
+    for spec in (
+        MethodSpec(
+            name="jacobi",
+            proposer="vllm_anyorder.proposers.jacobi.JacobiProposer",
+            target_family="autoregressive",
+            paper="pcLLM / Jacobi Forcing, Algorithm 1",
+        ),
+    )
+}
+
+BY_PROPOSER: dict[str, MethodSpec] = {spec.proposer: spec for spec in METHODS.values()}
+
+# Hugging Face architectures / model types that are not left-to-right autoregressive: an AR
+# method (jacobi, specdiff, assd) must refuse them at start-up.
+DIFFUSION_ARCHITECTURES = frozenset(
+    {"LLaDAModelLM", "LLaDAMoEModelLM", "DreamModel", "MDLM", "SEDD", "DiffusionGemmaForBlockDiffusion"}
+)
+DIFFUSION_MODEL_TYPES = frozenset({"llada", "dream", "mdlm", "sedd"})
+
+
+def lookup(method: str | None, model: str | None) -> MethodSpec | None:
+    """The plugin method named by a speculative config, or None if it is not ours."""
+    if method in METHODS:
+        return METHODS[method]
+    if model in BY_PROPOSER and method in (None, "custom_class"):
+        return BY_PROPOSER[model]
+    return None
+
+
+def target_family(architectures: list[str] | None, model_type: str | None) -> str:
+    archs = set(architectures or [])
+    if archs & DIFFUSION_ARCHITECTURES or (model_type or "").lower() in DIFFUSION_MODEL_TYPES:
+        return "diffusion"
+    return "autoregressive"

@@ -1,0 +1,156 @@
+"""The patch ledger: the only code that changes vLLM's behaviour from the outside.
+
+Every entry states Why, What it wraps, the vLLM version checked, and How to remove it.
+Patches are class- or module-level, idempotent, and inert for anything that is not an
+anyorder method (they test for the plugin's proposer or method names first).
+
++--------------------+------------------------------------------------------+---------+
+| name               | wraps                                                | applied |
++--------------------+------------------------------------------------------+---------+
+| method_names       | EngineArgs.create_speculative_config                 | register|
+| cpu_expand_kernel  | vllm.utils.cpu_triton_utils._expand_kernel_impl      | register|
+| verification_hook  | GPUModelRunner._sample                               | proposer|
++--------------------+------------------------------------------------------+---------+
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any, Callable
+
+from vllm_anyorder import _compat
+
+logger = logging.getLogger("vllm_anyorder")
+_APPLIED: set[str] = set()
+
+
+def _once(name: str) -> Callable[[Callable[[], None]], Callable[[], None]]:
+    def deco(fn: Callable[[], None]) -> Callable[[], None]:
+        @functools.wraps(fn)
+        def apply() -> None:
+            if name in _APPLIED:
+                return
+            fn()
+            _APPLIED.add(name)
+
+        return apply
+
+    return deco
+
+
+@_once("method_names")
+def apply_method_names() -> None:
+    """Let users name plugin methods in ``speculative_config``.
+
+    Why: vLLM 0.32 validates ``method`` against a closed Literal and has no method registry;
+    its extension hook is ``method="custom_class"`` + ``model="<class path>"``. Plugin
+    options also need checking before any engine process starts.
+    What: wraps ``EngineArgs.create_speculative_config`` (runs in the front-end process for
+    ``LLM(...)`` and ``vllm serve`` before ``SpeculativeConfig`` is built). For a plugin
+    method (by name, or by our class path under ``custom_class``) it validates the target
+    and options (``engine_setup.resolve``), rewrites the dict to the custom_class hook and
+    stores the resolved options in ``additional_config["anyorder"]``.
+    Checked: vLLM 0.32.0 (``engine/arg_utils.py:2060``).
+    Remove: when vLLM grows a speculative-method registry, register the names there and
+    move validation into the proposers' config hook.
+    """
+    cls = _compat.engine_args_cls()
+    original = cls.create_speculative_config
+
+    @functools.wraps(original)
+    def create_speculative_config(self, target_model_config, target_parallel_config):
+        from vllm_anyorder import engine_setup
+
+        if isinstance(self.speculative_config, dict):
+            self.speculative_config, self.additional_config = engine_setup.resolve(
+                self.speculative_config, self.additional_config, target_model_config
+            )
+        return original(self, target_model_config, target_parallel_config)
+
+    cls.create_speculative_config = create_speculative_config
+
+
+@_once("cpu_expand_kernel")
+def apply_cpu_expand_kernel() -> None:
+    """Fix vLLM's CPU fallback of ``expand_kernel`` for float tensors.
+
+    Why: ``cpu_triton_utils._expand_kernel_impl`` passes its output through ``_ensure_int64``,
+    which *copies* non-int64 tensors, so the C++ kernel writes into a temporary and
+    ``expand_batch_to_tokens`` returns uninitialised memory for per-token temperature, top-k
+    and top-p. ``apply_sampling_constraints`` then scales target logits by garbage and every
+    speculative method on the CPU build samples from a wrong distribution at temperature > 0
+    (greedy is unaffected). Reported upstream in docs/UPSTREAM.md.
+    What: replaces the module attribute with a dtype-preserving torch implementation before
+    the CPU platform registers its kernel overrides (``worker_base.init_worker`` loads general
+    plugins first, then calls ``register_triton_kernel_overrides``). GPU builds never call it.
+    Checked: vLLM 0.32.0 (``utils/cpu_triton_utils.py:394``, ``platforms/cpu.py:683-721``).
+    Remove: once upstream writes into ``output`` in place for every dtype.
+    """
+    module = _compat.cpu_triton_utils()
+    if module is None or not hasattr(module, "_expand_kernel_impl"):
+        return
+
+    def _expand_kernel_impl(
+        output, input_val, cu_num_tokens, replace_from, replace_to, MAX_NUM_TOKENS=None
+    ):
+        # output[cu[i-1]:cu[i]] = input[i] (with replace_from -> replace_to), any dtype.
+        import torch
+
+        counts = torch.diff(cu_num_tokens.to(torch.int64), prepend=cu_num_tokens.new_zeros(1))
+        values = torch.where(
+            input_val == replace_from, torch.full_like(input_val, replace_to), input_val
+        )
+        total = int(counts.sum())
+        output[:total] = torch.repeat_interleave(values, counts).to(output.dtype)
+
+    module._expand_kernel_impl = _expand_kernel_impl
+
+
+@_once("verification_hook")
+def apply_verification_hook() -> None:
+    """Show an anyorder proposer the target's logits of every verified row.
+
+    Why: Jacobi drafts the next iterate from the target's argmax at *every* row of the last
+    verification (not only the accepted ones); vLLM's custom_class ``propose`` only receives
+    the committed tokens.
+    What: wraps ``GPUModelRunner._sample`` (inherited by the V1 ``CPUModelRunner``): when the
+    runner's drafter has ``observe_verification``, it is called with the runner, the logits
+    (``[sum(num_draft+1), V]``, request-major in input-batch order) and the spec-decode
+    metadata, before vLLM samples. Logits are not modified.
+    Checked: vLLM 0.32.0 (``v1/worker/gpu_model_runner.py:3437``, called at ``:4340``).
+    Remove: when ``custom_class.propose`` receives the verification logits or argmax.
+    """
+    cls = _compat.gpu_model_runner_cls()
+    original = cls._sample
+
+    @functools.wraps(original)
+    def _sample(self, logits, spec_decode_metadata):
+        observe = getattr(getattr(self, "drafter", None), "observe_verification", None)
+        if observe is not None and logits is not None:
+            observe(self, logits, spec_decode_metadata)
+        return original(self, logits, spec_decode_metadata)
+
+    cls._sample = _sample
+
+
+def applied() -> frozenset[str]:
+    return frozenset(_APPLIED)
+
+
+def apply_front_end_patches() -> None:
+    """Patches every process needs early (called from ``register()``)."""
+    for apply in (apply_method_names, apply_cpu_expand_kernel):
+        try:
+            apply()
+        except Exception as exc:  # a broken patch must not take vLLM down silently
+            logger.error("vllm_anyorder: patch %s failed: %r", apply.__name__, exc)
+            raise
+
+
+def describe() -> list[dict[str, Any]]:
+    """Ledger entries (name, docstring) for docs and tests."""
+    return [
+        {"name": fn.__name__, "doc": fn.__doc__}
+        for fn in (apply_method_names, apply_cpu_expand_kernel, apply_verification_hook)
+    ]

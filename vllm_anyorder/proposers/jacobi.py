@@ -1,0 +1,94 @@
+"""``method="jacobi"``: the target drafts for itself from its last verification.
+
+Adapter over :mod:`vllm_anyorder.core.jacobi` (pcLLM / Jacobi Forcing, Algorithm 1). Per
+step: ``observe_verification`` records, per request, the drafts vLLM verified and the target
+argmax at each of their ``k+1`` rows; ``propose`` folds them with the committed tokens into the
+request's :class:`JacobiState` and returns the next chain. No draft model is loaded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllm_anyorder import config
+from vllm_anyorder.core.jacobi import JacobiSettings, JacobiState
+from vllm_anyorder.proposers.base import AnyOrderProposer
+
+
+class JacobiProposer(AnyOrderProposer):
+    method = "jacobi"
+
+    def __init__(self, vllm_config: Any) -> None:
+        super().__init__(vllm_config)
+        cfg = config.load(vllm_config.additional_config, "jacobi", block_size=self.max_chain)
+        self.settings = JacobiSettings(
+            block_size=cfg.block_size,
+            max_blocks=cfg.num_blocks,
+            pool_size=cfg.pool_size,
+            spawn_ratio=cfg.spawn_ratio,
+            max_chain=self.max_chain,
+            recycle=cfg.recycle,
+        )
+        self._states: dict[str, JacobiState] = {}
+        self._verified: dict[str, tuple[list[int], list[int]]] = {}
+
+    @property
+    def num_live_states(self) -> int:
+        return len(self._states)
+
+    def observe_verification(self, runner: Any, logits: Any, spec_decode_metadata: Any) -> None:
+        """Split the verification rows per request: drafts [k] and argmax [k+1]."""
+        super().observe_verification(runner, logits, spec_decode_metadata)
+        req_ids = self.batch_req_ids()
+        greedy = logits.argmax(dim=-1).tolist()  # [sum(k_i + 1)]
+        if spec_decode_metadata is None:
+            counts, drafts = [0] * len(req_ids), []
+        else:
+            counts = list(spec_decode_metadata.num_draft_tokens)
+            drafts = spec_decode_metadata.draft_token_ids.tolist()
+        self._verified = {}
+        if len(counts) != len(req_ids) or sum(counts) + len(counts) != len(greedy):
+            return  # unexpected layout: drop this step's observation (states restart)
+        row = d = 0
+        for req_id, k in zip(req_ids, counts):
+            self._verified[req_id] = (drafts[d : d + k], greedy[row : row + k + 1])
+            row, d = row + k + 1, d + k
+
+    def propose(
+        self,
+        sampled_token_ids: list[list[int]],
+        num_tokens_no_spec: Any,
+        token_ids_cpu: Any,
+        slot_mappings: Any = None,
+    ) -> list[list[int]]:
+        req_ids = self.batch_req_ids()
+        if len(req_ids) != len(sampled_token_ids):
+            return [[] for _ in sampled_token_ids]
+        chains: list[list[int]] = []
+        for i, req_id in enumerate(req_ids):
+            committed = list(sampled_token_ids[i])
+            if not committed:  # partial prefill chunk or discarded request: nothing to draft
+                chains.append([])
+                continue
+            n_ctx = int(num_tokens_no_spec[i])
+            state = self._advance(req_id, committed, n_ctx)
+            if state is None:
+                state = JacobiState(self.settings, token_ids_cpu[i, :n_ctx].tolist())
+                self._states[req_id] = state
+            chains.append(state.next_chain(self.max_model_len - n_ctx))
+        live = set(req_ids)
+        for req_id in [r for r in self._states if r not in live]:
+            del self._states[req_id]  # finished, aborted or preempted
+        self._verified = {}
+        return chains
+
+    def _advance(self, req_id: str, committed: list[int], n_ctx: int) -> JacobiState | None:
+        """Fold this step into the request's state; None if it must (re)start."""
+        state, seen = self._states.get(req_id), self._verified.get(req_id)
+        if state is None or seen is None or state.base + len(committed) != n_ctx:
+            return None
+        drafts, greedy = seen
+        if len(committed) - 1 > len(drafts):
+            return None
+        state.advance(drafts, greedy, committed)
+        return state
