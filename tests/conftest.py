@@ -15,3 +15,11 @@ def tiny_llama(tmp_path_factory):
     from tiny_models import build_tiny_llama
 
     return build_tiny_llama(tmp_path_factory.mktemp("tiny_llama"), init_range=0.3, seed=1)
+
+
+@pytest.fixture(scope="session")
+def cyclic_llama(tmp_path_factory):
+    """Tiny Llama whose greedy continuation loops over a fixed text (drafts get accepted)."""
+    from tiny_models import build_cyclic_llama
+
+    return build_cyclic_llama(tmp_path_factory.mktemp("cyclic_llama"))

@@ -63,3 +63,31 @@ def build_tiny_llama(path: Path, *, vocab_size: int = 64, hidden: int = 64, laye
     model.save_pretrained(path, safe_serialization=True)
     write_char_tokenizer(path, vocab_size)
     return path
+
+
+def build_cyclic_llama(path: Path, *, cycle: str = "abcdefghij klmnop\n", steps: int = 60,
+                       seed: int = 0) -> Path:
+    """A tiny Llama trained for a few seconds to continue a fixed cyclic text: its greedy
+    output loops, so speculative drafts really get accepted (random weights accept nothing)."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    path = Path(path)
+    if (path / "config.json").exists():
+        return path
+    build_tiny_llama(path, init_range=0.02, seed=seed)
+    model = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32)
+    vocab = {t: i for i, t in enumerate(char_vocab(model.config.vocab_size))}
+    ids = torch.tensor([vocab[c] for c in cycle * 8])
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model.train()
+    for _ in range(steps):
+        starts = torch.randint(0, len(cycle), (8,), generator=gen)
+        batch = torch.stack([ids[s: s + 40] for s in starts])
+        loss = model(batch, labels=batch).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval().save_pretrained(path, safe_serialization=True)
+    return path

@@ -20,10 +20,11 @@ What vLLM's single-chain verification forces (and how this module maps Algorithm
   free); pseudo-accepted tokens are still re-verified before they are committed.
 * Candidates cannot be verified side by side (the paper verifies the Jacobi tail and up to
   ``pool_size`` recycled n-grams in one batched forward and keeps the longest accepted). Here
-  exactly one candidate is chosen *before* verification: with ``recycle="pool_first"`` the
-  most recently recycled continuation of the last committed token replaces the head of the RA
-  draft when the pool has one, otherwise the Jacobi iterate is kept; ``"jacobi_first"`` uses
-  the pool only for positions the iterate has never seen; ``"off"`` disables recycling.
+  exactly one candidate is chosen *before* verification: with ``recycle="pool_first"`` a
+  pooled continuation of the last committed token replaces the head of the RA draft when one
+  exists (an n-gram already seen in the committed text first, then the newest recycled
+  rejected tail), otherwise the Jacobi iterate is kept; ``"jacobi_first"`` uses the pools
+  only for positions the iterate has never seen; ``"off"`` disables both pools.
 * The chain is capped at ``max_chain`` drafts (vLLM verifies at most 128 per request).
 
 Losslessness does not depend on anything here: vLLM's verifier treats every draft as a point
@@ -62,11 +63,11 @@ def chain_capacity(block_size: int, max_blocks: int, limit: int = 128) -> int:
 
 
 class RecyclingPool:
-    """Bounded n-gram pool of rejected tails (Algorithm 1, lines 7 and 11).
+    """Bounded n-gram pool keyed by a token (Algorithm 1, lines 7 and 11).
 
-    Keyed by a token; each key keeps its ``pool_size`` most recent continuations (the tokens
-    that followed it in a rejected tail), newest first. Keys are evicted least-recently-used
-    beyond ``max_keys`` so per-request memory stays bounded.
+    Each key keeps its ``pool_size`` most recent continuations (the tokens that followed it),
+    newest first. Keys are evicted least-recently-used beyond ``max_keys`` so per-request
+    memory stays bounded.
     """
 
     def __init__(self, pool_size: int, max_len: int, max_keys: int) -> None:
@@ -103,6 +104,41 @@ class RecyclingPool:
         return bucket[0] if bucket else ()
 
 
+class TextIndex:
+    """Where each 1- and 2-token key last occurred in the committed text (prompt included);
+    ``lookup`` returns the tokens that followed it (prompt-lookup style, bounded memory)."""
+
+    def __init__(self, max_len: int, window: int) -> None:
+        self.max_len, self.window = max_len, window
+        self.tokens: list[int] = []  # the most recent text, at least ``window`` tokens
+        self.offset = 0  # absolute index of tokens[0]
+        self._last1: dict[int, int] = {}  # token -> absolute index of its latest occurrence
+        self._last2: dict[tuple[int, int], int] = {}  # (t-1, t) -> same, for 2-token keys
+
+    def extend(self, new_tokens: list[int]) -> None:
+        for t in new_tokens:
+            n = self.offset + len(self.tokens)  # absolute index t will take
+            if self.tokens:  # the previous token now has a successor: index it
+                self._last1[self.tokens[-1]] = n - 1
+                if len(self.tokens) > 1:
+                    self._last2[(self.tokens[-2], self.tokens[-1])] = n - 1
+            self.tokens.append(t)
+        if len(self.tokens) > 2 * self.window:  # keep memory bounded
+            drop = len(self.tokens) - self.window
+            self.tokens, self.offset = self.tokens[drop:], self.offset + drop
+            self._last1 = {k: i for k, i in self._last1.items() if i >= self.offset}
+            self._last2 = {k: i for k, i in self._last2.items() if i >= self.offset}
+
+    def lookup(self, prev: int | None, key: int) -> tuple[int, ...]:
+        i = self._last2.get((prev, key)) if prev is not None else None
+        if i is None:
+            i = self._last1.get(key)
+        if i is None:
+            return ()
+        j = i - self.offset + 1
+        return tuple(self.tokens[j : j + self.max_len])
+
+
 class JacobiState:
     """Per-request Jacobi iterate over K blocks plus its recycling pool.
 
@@ -115,7 +151,13 @@ class JacobiState:
         if not context:
             raise ValueError("Jacobi state needs at least one committed token")
         self.s = settings
+        # Two pools, looked up in this order: continuations seen in the committed text and
+        # recent prompt (verified n-grams; beyond the paper, so a fresh block is never
+        # drafted from nothing), then the rejected tails (the paper's rejection recycling).
+        self.text = TextIndex(settings.max_chain, window=max(256, 4 * settings.block_size))
         self.pool = RecyclingPool(settings.pool_size, settings.block_size, settings.max_pool_keys)
+        if settings.recycle != "off":
+            self.text.extend(context[-self.text.window :])
         self.base = len(context)
         self.last_token = context[-1]
         self.ra_start = self.base
@@ -130,12 +172,18 @@ class JacobiState:
         """Drafts for the next verification: RA remainder then pseudo-active blocks."""
         cap = self.s.max_chain if limit is None else min(limit, self.s.max_chain)
         if self.s.recycle == "pool_first":
-            self._splice_recycled(self.block_ends[0] - self.base)
+            self._splice_recycled()
         return list(self.canvas[: max(0, cap)])
 
-    def _splice_recycled(self, ra_remaining: int) -> None:
-        candidate = self.pool.lookup(self.last_token)[:ra_remaining]
+    def _splice_recycled(self) -> None:
+        """Put the pooled continuation of the last committed token over the head of the
+        chain (it may run past the RA block into pseudo-active ones)."""
+        prev = self.text.tokens[-2] if len(self.text.tokens) > 1 else None
+        candidate = self._lookup(prev, self.last_token)[: len(self.canvas)]
         self.canvas[: len(candidate)] = candidate
+
+    def _lookup(self, prev: int | None, key: int) -> tuple[int, ...]:
+        return self.text.lookup(prev, key) or self.pool.lookup(key)
 
     # ----------------------------------------------------------------------------- advance
     def advance(self, drafts: list[int], greedy: list[int], committed: list[int]) -> None:
@@ -151,17 +199,20 @@ class JacobiState:
         old_base, new_base = self.base, self.base + m + 1
         if self.s.recycle != "off":
             self.pool.add_tail(drafts[m:])  # the rejected tail d_{m+1}..d_k (line 11)
+            self.text.extend(committed)
         # pseudo-acceptance (line 7): a draft past the commit point that equals its argmax
         stationary_at = {
             p: drafts[p - old_base] == greedy[p - old_base] for p in range(new_base, old_base + k)
         }
+        # spawn trigger (line 14) is judged before a completed RA block retires
+        ra_reached = new_base - self.ra_start >= self.s.spawn_threshold
         self.canvas = self.canvas[m + 1 :]
         self.base, self.last_token = new_base, committed[-1]
         self.forwards += 1
         self.committed += m + 1
         self._retire_blocks()
         self._count_stationary(stationary_at)
-        self._maybe_spawn()
+        self._maybe_spawn(ra_reached)
         # Jacobi update (line 11 "tail update"): each verified row at or past the new base
         # is the next iterate of the position it predicts; row k predicts base_old + k.
         for p in range(new_base, old_base + k + 1):
@@ -194,12 +245,12 @@ class JacobiState:
             self.stationary[b] = count
             start = self.block_ends[b]
 
-    def _maybe_spawn(self) -> None:
-        """Open a pseudo-active block when some block reached s converged tokens (line 14)."""
+    def _maybe_spawn(self, ra_reached: bool) -> None:
+        """Open a pseudo-active block when some block reached s converged tokens (line 14):
+        the RA block's accepted count (even if it just completed) or a pseudo-accepted run."""
         if len(self.block_ends) >= self.s.max_blocks:
             return
-        ra_accepted = self.base - self.ra_start
-        if max([ra_accepted] + self.stationary[1:]) < self.s.spawn_threshold:
+        if not ra_reached and max(self.stationary[1:], default=0) < self.s.spawn_threshold:
             return
         end = self.block_ends[-1]
         prev = self.canvas[-1] if self.canvas else self.last_token
@@ -213,13 +264,13 @@ class JacobiState:
         iterate cloned (the paper's "clone and pad q_RA"), then repeats of ``prev``."""
         out: list[int] = []
         if self.s.recycle != "off":
-            key = prev
+            before, key = None, prev
             while len(out) < length:
-                cont = self.pool.lookup(key)
+                cont = self._lookup(before, key)
                 if not cont:
                     break
                 out.extend(cont[: length - len(out)])
-                key = out[-1]
+                before, key = (out[-2] if len(out) > 1 else key), out[-1]
         ra = self.canvas[: self.block_ends[0] - self.base] if self.canvas else []
         while len(out) < length and ra:
             out.extend(ra[: length - len(out)])

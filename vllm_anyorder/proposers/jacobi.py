@@ -33,8 +33,9 @@ class JacobiProposer(AnyOrderProposer):
         self._verified: dict[str, tuple[list[int], list[int]]] = {}
 
     @property
-    def num_live_states(self) -> int:
-        return len(self._states)
+    def live_request_ids(self) -> list[str]:
+        """Requests holding Jacobi state (diagnostics and tests)."""
+        return sorted(self._states)
 
     def observe_verification(self, runner: Any, logits: Any, spec_decode_metadata: Any) -> None:
         """Split the verification rows per request: drafts [k] and argmax [k+1]."""

@@ -38,15 +38,22 @@ def test_full_acceptance_opens_a_fresh_block_and_spawn_respects_threshold():
     s = JacobiSettings(block_size=4, max_blocks=2, spawn_ratio=0.5, recycle="off")
     st = JacobiState(s, [1, 2])
     chain = st.next_chain()
-    st.advance(chain, chain + [9], committed=chain + [9])  # all 4 accepted + bonus
-    assert st.base == 2 + 5 and len(st.block_ends) >= 1
-    assert st.block_ends[0] == st.base + 4
-    # accept 2 of the new block (= ceil(0.5*4)) -> a pseudo-active block is spawned
+    # reject the first draft: 1 token committed (< s = ceil(0.5 * 4) = 2): no spawn yet
+    st.advance(chain, [50, 51, 52, 53, 54], committed=[50])
+    assert len(st.block_ends) == 1 and st.block_ends[0] == 2 + 4
+    assert st.canvas == [51, 52, 53]  # the next Jacobi iterate
+    # the RA block completes with >= s accepted: a fresh RA block opens and, since the
+    # threshold was reached, a pseudo-active block is spawned right behind it
     chain = st.next_chain()
-    g = chain[:2] + [99, 98, 97]
-    st.advance(chain, g, committed=chain[:2] + [99])
-    assert len(st.block_ends) == 2 and st.block_ends[1] == st.block_ends[0] + 4
+    st.advance(chain, chain + [9], committed=chain + [9])
+    assert st.base == 2 + 1 + 3 + 1
+    assert st.block_ends == [st.base + 4, st.base + 8]
     assert len(st.canvas) == st.block_ends[-1] - st.base
+    # K = 2 blocks is the cap
+    chain = st.next_chain()
+    assert len(chain) == 8
+    st.advance(chain, chain[:3] + [7] * 6, committed=chain[:3] + [7])
+    assert len(st.block_ends) <= 2
 
 
 def test_inconsistent_verification_is_rejected():
