@@ -169,9 +169,23 @@ def applied() -> frozenset[str]:
     return frozenset(_APPLIED)
 
 
+def disabled() -> frozenset[str]:
+    """Patch names listed in ``VLLM_ANYORDER_DISABLE_PATCHES`` (comma-separated); for
+    diagnosing vLLM behaviour without a patch (e.g. ``cpu_expand_kernel``)."""
+    import os
+
+    raw = os.environ.get("VLLM_ANYORDER_DISABLE_PATCHES", "")
+    return frozenset(x.strip() for x in raw.split(",") if x.strip())
+
+
 def apply_front_end_patches() -> None:
     """Patches every process needs early (called from ``register()``)."""
-    for apply in (apply_method_names, apply_cpu_expand_kernel):
+    skip = disabled()
+    for name, apply in (("method_names", apply_method_names),
+                        ("cpu_expand_kernel", apply_cpu_expand_kernel)):
+        if name in skip:
+            logger.warning("vllm_anyorder: patch %s disabled by environment", name)
+            continue
         try:
             apply()
         except Exception as exc:  # a broken patch must not take vLLM down silently

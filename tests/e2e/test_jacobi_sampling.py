@@ -1,0 +1,118 @@
+"""At temperature > 0 (also with top-k / top-p and n > 1) `jacobi` samples from exactly the
+model's distribution: chi-square tests of every speculated position against the exact
+conditionals of the same weights, on a 16-token vocabulary with thousands of samples.
+
+The same test statistic rejects a plausible wrong rule (recovering from p instead of the
+residual p - q) at this sample size (``test_the_test_rejects_a_wrong_rule``), so a pass means
+something. vLLM 0.32's CPU build fails this test without the plugin's ``cpu_expand_kernel``
+patch (see tests/unit/adapters/test_cpu_expand_kernel.py)."""
+
+import numpy as np
+import pytest
+import torch
+
+from e2e.conftest import make_llm, shutdown, spec_metrics
+from stats import conditional_chisquare, truncated_probs
+
+pytestmark = pytest.mark.e2e
+
+PROMPT = [3, 5, 7, 9, 3, 5]
+NUM_REQ, N_PER_REQ, MAX_TOKENS = 700, 4, 4
+P_MIN = 1e-4  # per-position significance; outputs are seeded, so the run is reproducible
+SETTINGS = [dict(temperature=1.0), dict(temperature=0.8, top_k=6, top_p=0.9)]
+
+
+@pytest.fixture(scope="module")
+def small_vocab_llama(tmp_path_factory):
+    from tiny_models import build_tiny_llama
+
+    return build_tiny_llama(tmp_path_factory.mktemp("v16"), vocab_size=16, init_range=0.25, seed=3)
+
+
+@pytest.fixture(scope="module")
+def exact(small_vocab_llama):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(small_vocab_llama, dtype=torch.float32).eval()
+    cache = {}
+
+    @torch.no_grad()
+    def logits(prefix):
+        if prefix not in cache:
+            cache[prefix] = model(torch.tensor([PROMPT + list(prefix)])).logits[0, -1].numpy()
+        return cache[prefix]
+
+    return logits
+
+
+@pytest.fixture(scope="module")
+def jacobi_llm(small_vocab_llama):
+    llm = make_llm(small_vocab_llama, skip_tokenizer_init=True, max_num_seqs=256,
+                   speculative_config={"method": "jacobi", "num_speculative_tokens": 3},
+                   additional_config={"anyorder": {"jacobi": {"num_blocks": 1}}})
+    yield llm
+    shutdown(llm)
+
+
+def _samples(llm, params_kw):
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    params = SamplingParams(n=N_PER_REQ, max_tokens=MAX_TOKENS, ignore_eos=True, seed=None,
+                            **params_kw)
+    outs = llm.generate([TokensPrompt(prompt_token_ids=PROMPT)] * NUM_REQ, params, use_tqdm=False)
+    return [tuple(c.token_ids) for o in outs for c in o.outputs]
+
+
+@pytest.mark.parametrize("params_kw", SETTINGS, ids=["t1", "t08_topk_topp"])
+def test_jacobi_sampling_matches_the_model(jacobi_llm, exact, params_kw):
+    before = spec_metrics(jacobi_llm).get("vllm:spec_decode_num_accepted_tokens", 0)
+    samples = _samples(jacobi_llm, params_kw)
+    assert len(samples) == NUM_REQ * N_PER_REQ and all(len(s) == MAX_TOKENS for s in samples)
+    accepted = spec_metrics(jacobi_llm)["vllm:spec_decode_num_accepted_tokens"] - before
+    assert accepted > 0.2 * len(samples)  # drafts really were accepted (the rule is exercised)
+
+    def cond(prefix):
+        return truncated_probs(exact(prefix), **params_kw)
+
+    for pos in range(MAX_TOKENS):
+        stat, df, p = conditional_chisquare(samples, pos, cond)
+        assert df > 0
+        assert p > P_MIN, f"position {pos}: chi2={stat:.1f} df={df} p={p:.2e}"
+
+
+def test_the_test_rejects_a_wrong_rule(exact):
+    """Simulate jacobi's argmax drafts with a wrong recovery rule (resample from p instead of
+    the residual) at the same sample size: the statistic must reject it."""
+    rng = np.random.default_rng(0)
+    samples = []
+    for _ in range(NUM_REQ * N_PER_REQ):
+        seq = []
+        for pos in range(MAX_TOKENS):
+            p = truncated_probs(exact(tuple(seq)), temperature=1.0)
+            draft = int(np.argmax(p))
+            if pos > 0 and rng.random() >= p[draft]:  # rejected: WRONG, should exclude draft
+                seq.append(int(rng.choice(len(p), p=p)))
+            else:
+                seq.append(draft if pos > 0 else int(rng.choice(len(p), p=p)))
+        samples.append(tuple(seq))
+    worst = min(conditional_chisquare(samples, pos, lambda pr: truncated_probs(exact(pr), 1.0))[2]
+                for pos in range(1, MAX_TOKENS))
+    assert worst < P_MIN
+
+
+def test_stock_vllm_cpu_sampling_is_wrong_without_the_patch(small_vocab_llama, exact, monkeypatch):
+    """The same test on vLLM's CPU build with the ``cpu_expand_kernel`` patch disabled
+    fails: this is the upstream defect the patch fixes (remove this test and the patch when
+    upstream is fixed)."""
+    monkeypatch.setenv("VLLM_ANYORDER_DISABLE_PATCHES", "cpu_expand_kernel")
+    llm = make_llm(small_vocab_llama, skip_tokenizer_init=True, max_num_seqs=256,
+                   speculative_config={"method": "jacobi", "num_speculative_tokens": 3},
+                   additional_config={"anyorder": {"jacobi": {"num_blocks": 1}}})
+    try:
+        samples = _samples(llm, dict(temperature=1.0))
+    finally:
+        shutdown(llm)
+    cond = lambda pr: truncated_probs(exact(pr), temperature=1.0)  # noqa: E731
+    worst = min(conditional_chisquare(samples, pos, cond)[2] for pos in range(1, MAX_TOKENS))
+    assert worst < P_MIN, "stock vLLM sampled correctly: upstream fixed? remove the patch"
