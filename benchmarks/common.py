@@ -1,0 +1,114 @@
+"""Shared harness for the demo and the benchmarks: one engine per method, warmed up, the
+same prompts, vLLM's own spec-decode counters read before/after (deltas)."""
+
+from __future__ import annotations
+
+import gc
+import os
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_MODEL = REPO / "models" / "ar-target"
+
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ENGINE_ARGS = dict(enforce_eager=True, max_model_len=1024, kv_cache_memory_bytes=1 << 29,
+                   disable_log_stats=False, seed=0, dtype="bfloat16")
+
+
+@dataclass
+class Run:
+    name: str
+    outputs: list[list[int]]
+    seconds: float
+    drafts: int = 0  # verification steps that carried drafts (vLLM: num_drafts)
+    draft_tokens: int = 0
+    accepted: int = 0
+    accepted_per_pos: list[int] = field(default_factory=list)
+
+    @property
+    def generated(self) -> int:
+        return sum(len(o) for o in self.outputs)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.generated / self.seconds
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        """Tokens committed per target forward of a speculating request (1 + accepted)."""
+        return 1.0 + self.accepted / self.drafts if self.drafts else 1.0
+
+
+def machine() -> str:
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs ({platform.node()})"
+
+
+def _spec_counters(llm) -> dict:
+    out = {}
+    for m in llm.get_metrics():
+        if m.name.startswith("vllm:spec_decode"):
+            out[m.name] = getattr(m, "values", None) or getattr(m, "value", 0)
+    return out
+
+
+def make_engine(model: Path, speculative_config: dict | None = None,
+                additional_config: dict | None = None, **overrides):
+    from vllm import LLM
+
+    kwargs = {**ENGINE_ARGS, **overrides}
+    if speculative_config:
+        kwargs["speculative_config"] = speculative_config
+    if additional_config:
+        kwargs["additional_config"] = additional_config
+    return LLM(str(model), **kwargs)
+
+
+def timed_generate(llm, name: str, prompts: list[str], params, warmup: bool = True) -> Run:
+    if warmup:
+        llm.generate(prompts[:2], params, use_tqdm=False)
+    before = _spec_counters(llm)
+    t0 = time.perf_counter()
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    seconds = time.perf_counter() - t0
+    after = _spec_counters(llm)
+
+    def delta(key):
+        a, b = after.get(key, 0), before.get(key, 0)
+        if isinstance(a, list):
+            b = b or [0] * len(a)
+            return [x - y for x, y in zip(a, b)]
+        return a - b
+
+    return Run(
+        name=name,
+        outputs=[list(o.outputs[0].token_ids) for o in outs],
+        seconds=seconds,
+        drafts=delta("vllm:spec_decode_num_drafts") or 0,
+        draft_tokens=delta("vllm:spec_decode_num_draft_tokens") or 0,
+        accepted=delta("vllm:spec_decode_num_accepted_tokens") or 0,
+        accepted_per_pos=delta("vllm:spec_decode_num_accepted_tokens_per_pos") or [],
+    )
+
+
+def close(llm) -> None:
+    try:
+        llm.llm_engine.engine_core.shutdown()
+    except Exception:
+        pass
+    del llm
+    gc.collect()
+
+
+def load_prompts(n: int, prompt_tokens: int = 48) -> list[str]:
+    """Benchmark-split prompts (files never seen in training); see training/data.py."""
+    import sys
+
+    sys.path.insert(0, str(REPO))
+    from training.data import benchmark_prompts
+
+    return benchmark_prompts(n, prompt_tokens)
