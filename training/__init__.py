@@ -1,0 +1,1 @@
+"""Offline data pipeline, tokenizer and model training for vllm-anyorder (see training/README.md)."""
