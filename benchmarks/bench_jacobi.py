@@ -1,0 +1,89 @@
+"""Benchmark `jacobi` against vLLM without speculation and vLLM's built-in `ngram`.
+
+Same prompts, same engine settings (bf16, the realistic CPU setting), engines warmed up,
+``--repeats`` interleaved rounds; reports min/median wall-clock, tokens per target forward,
+acceptance-length histogram by position, and exact match against the no-speculation greedy
+output. Writes benchmarks/results/jacobi-<timestamp>.json.
+
+    .venv/bin/python benchmarks/bench_jacobi.py [--model DIR] [--prompts 8] [--blocks 8 16]
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import DEFAULT_MODEL, REPO, close, load_prompts, machine, make_engine, timed_generate  # noqa: E402
+
+
+def configs(blocks, k_blocks):
+    yield "no-spec", None, None
+    yield "ngram k=8", {"method": "ngram", "num_speculative_tokens": 8,
+                        "prompt_lookup_max": 3, "prompt_lookup_min": 1}, None
+    for n in blocks:
+        yield (f"jacobi n={n} K={k_blocks}", {"method": "jacobi", "num_speculative_tokens": n},
+               {"anyorder": {"jacobi": {"num_blocks": k_blocks}}})
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", type=Path, default=DEFAULT_MODEL)
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--blocks", type=int, nargs="+", default=[8, 16])
+    ap.add_argument("--num-blocks", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+
+    from tqdm import tqdm
+    from vllm import SamplingParams
+
+    prompts = load_prompts(args.prompts)
+    params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
+    cfgs = list(configs(args.blocks, args.num_blocks))
+    engines = {name: make_engine(args.model, spec, extra) for name, spec, extra in
+               tqdm(cfgs, desc="starting engines")}
+    runs = {name: [] for name, _, _ in cfgs}
+    for _ in tqdm(range(args.repeats), desc="rounds"):
+        for name in engines:  # interleaved: each round runs every method once
+            runs[name].append(timed_generate(engines[name], name, prompts, params, warmup=not runs[name]))
+    for llm in engines.values():
+        close(llm)
+
+    ref = runs["no-spec"][0].outputs
+    base_med = statistics.median(r.seconds for r in runs["no-spec"])
+    rows = []
+    for name, rs in runs.items():
+        last = rs[-1]
+        acc, drafts = sum(r.accepted for r in rs), sum(r.drafts for r in rs)
+        per_pos = [sum(col) for col in zip(*(r.accepted_per_pos for r in rs))] if last.accepted_per_pos else []
+        med = statistics.median(r.seconds for r in rs)
+        rows.append(dict(
+            method=name, seconds_min=min(r.seconds for r in rs), seconds_median=med,
+            tokens_per_s=last.generated / med, speedup_vs_nospec=base_med / med,
+            tokens_per_target_forward=1 + acc / drafts if drafts else 1.0,
+            accepted_per_position=per_pos, target_forwards_with_drafts=drafts,
+            exact_match=sum(a == b for a, b in zip(last.outputs, ref)) / len(ref)))
+    print(f"\nmachine: {machine()}; model {args.model.name}; {len(prompts)} prompts x "
+          f"{args.max_tokens} tokens, greedy, bf16, {args.repeats} interleaved rounds")
+    print(f"{'method':<22}{'tok/fwd':>8}{'median s':>10}{'min s':>8}{'speedup':>9}{'exact':>7}")
+    for r in rows:
+        print(f"{r['method']:<22}{r['tokens_per_target_forward']:>8.2f}{r['seconds_median']:>10.2f}"
+              f"{r['seconds_min']:>8.2f}{r['speedup_vs_nospec']:>8.2f}x{r['exact_match']:>7.0%}")
+    for r in rows:
+        if r["accepted_per_position"]:
+            print(f"  accepted by position, {r['method']}: {r['accepted_per_position'][:20]}")
+    out = REPO / "benchmarks" / "results" / f"jacobi-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(dict(machine=machine(), args={k: str(v) for k, v in vars(args).items()},
+                                   rows=rows), indent=1))
+    print(f"wrote {out.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
