@@ -45,29 +45,31 @@ def main() -> int:
     prompts = load_prompts(args.prompts)
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
     cfgs = list(configs(args.blocks, args.num_blocks))
-    engines = {name: make_engine(args.model, spec, extra) for name, spec, extra in
-               tqdm(cfgs, desc="starting engines")}
-    runs = {name: [] for name, _, _ in cfgs}
-    for _ in tqdm(range(args.repeats), desc="rounds"):
-        for name in engines:  # interleaved: each round runs every method once
-            runs[name].append(timed_generate(engines[name], name, prompts, params, warmup=not runs[name]))
+    # vLLM keeps one Prometheus registry per process and a new engine unregisters the
+    # previous one's metrics, so each engine's acceptance counters are read right after it
+    # starts (warm-up + one measured pass); the timing rounds then run interleaved.
+    engines, first = {}, {}
+    for name, spec, extra in tqdm(cfgs, desc="engines (start + acceptance pass)"):
+        engines[name] = make_engine(args.model, spec, extra)
+        first[name] = timed_generate(engines[name], name, prompts, params, warmup=True)
+    seconds = {name: [] for name in engines}
+    for _ in tqdm(range(args.repeats), desc="timing rounds"):
+        for name, llm in engines.items():  # interleaved: each round runs every method once
+            seconds[name].append(timed_generate(llm, name, prompts, params, warmup=False).seconds)
     for llm in engines.values():
         close(llm)
 
-    ref = runs["no-spec"][0].outputs
-    base_med = statistics.median(r.seconds for r in runs["no-spec"])
+    ref = first["no-spec"].outputs
+    base_med = statistics.median(seconds["no-spec"])
     rows = []
-    for name, rs in runs.items():
-        last = rs[-1]
-        acc, drafts = sum(r.accepted for r in rs), sum(r.drafts for r in rs)
-        per_pos = [sum(col) for col in zip(*(r.accepted_per_pos for r in rs))] if last.accepted_per_pos else []
-        med = statistics.median(r.seconds for r in rs)
+    for name, run in first.items():
+        med = statistics.median(seconds[name])
         rows.append(dict(
-            method=name, seconds_min=min(r.seconds for r in rs), seconds_median=med,
-            tokens_per_s=last.generated / med, speedup_vs_nospec=base_med / med,
-            tokens_per_target_forward=1 + acc / drafts if drafts else 1.0,
-            accepted_per_position=per_pos, target_forwards_with_drafts=drafts,
-            exact_match=sum(a == b for a, b in zip(last.outputs, ref)) / len(ref)))
+            method=name, seconds_min=min(seconds[name]), seconds_median=med,
+            tokens_per_s=run.generated / med, speedup_vs_nospec=base_med / med,
+            tokens_per_target_forward=run.mean_acceptance_length,
+            accepted_per_position=run.accepted_per_pos, target_forwards_with_drafts=run.drafts,
+            exact_match=sum(a == b for a, b in zip(run.outputs, ref)) / len(ref)))
     print(f"\nmachine: {machine()}; model {args.model.name}; {len(prompts)} prompts x "
           f"{args.max_tokens} tokens, greedy, bf16, {args.repeats} interleaved rounds")
     print(f"{'method':<22}{'tok/fwd':>8}{'median s':>10}{'min s':>8}{'speedup':>9}{'exact':>7}")

@@ -49,18 +49,27 @@ def machine() -> str:
 
 
 def _spec_counters(llm) -> dict:
+    """This engine's spec-decode counters. vLLM keeps metrics in the process-wide Prometheus
+    registry, so engines in one process are told apart by their ``model_name`` label
+    (``make_engine`` gives each a distinct served model name)."""
+    name = llm.llm_engine.vllm_config.model_config.served_model_name
     out = {}
     for m in llm.get_metrics():
-        if m.name.startswith("vllm:spec_decode"):
+        if m.name.startswith("vllm:spec_decode") and m.labels.get("model_name") == name:
             out[m.name] = getattr(m, "values", None) or getattr(m, "value", 0)
     return out
+
+
+_ENGINES = 0
 
 
 def make_engine(model: Path, speculative_config: dict | None = None,
                 additional_config: dict | None = None, **overrides):
     from vllm import LLM
 
-    kwargs = {**ENGINE_ARGS, **overrides}
+    global _ENGINES
+    _ENGINES += 1
+    kwargs = {**ENGINE_ARGS, "served_model_name": f"{Path(model).name}#{_ENGINES}", **overrides}
     if speculative_config:
         kwargs["speculative_config"] = speculative_config
     if additional_config:
