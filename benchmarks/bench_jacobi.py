@@ -37,6 +37,7 @@ def main() -> int:
     ap.add_argument("--blocks", type=int, nargs="+", default=[8, 16])
     ap.add_argument("--num-blocks", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=0, help="requests submitted together (0 = all)")
     args = ap.parse_args()
 
     from tqdm import tqdm
@@ -51,11 +52,12 @@ def main() -> int:
     engines, first = {}, {}
     for name, spec, extra in tqdm(cfgs, desc="engines (start + acceptance pass)"):
         engines[name] = make_engine(args.model, spec, extra)
-        first[name] = timed_generate(engines[name], name, prompts, params, warmup=True)
+        first[name] = timed_generate(engines[name], name, prompts, params, warmup=True, batch=args.batch)
     seconds = {name: [] for name in engines}
     for _ in tqdm(range(args.repeats), desc="timing rounds"):
         for name, llm in engines.items():  # interleaved: each round runs every method once
-            seconds[name].append(timed_generate(llm, name, prompts, params, warmup=False).seconds)
+            seconds[name].append(timed_generate(llm, name, prompts, params, warmup=False,
+                                                batch=args.batch).seconds)
     for llm in engines.values():
         close(llm)
 
@@ -71,7 +73,8 @@ def main() -> int:
             accepted_per_position=run.accepted_per_pos, target_forwards_with_drafts=run.drafts,
             exact_match=sum(a == b for a, b in zip(run.outputs, ref)) / len(ref)))
     print(f"\nmachine: {machine()}; model {args.model.name}; {len(prompts)} prompts x "
-          f"{args.max_tokens} tokens, greedy, bf16, {args.repeats} interleaved rounds")
+          f"{args.max_tokens} tokens (batch {args.batch or 'all'}), greedy, bf16, "
+          f"{args.repeats} interleaved rounds")
     print(f"{'method':<22}{'tok/fwd':>8}{'median s':>10}{'min s':>8}{'speedup':>9}{'exact':>7}")
     for r in rows:
         print(f"{r['method']:<22}{r['tokens_per_target_forward']:>8.2f}{r['seconds_median']:>10.2f}"

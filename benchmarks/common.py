@@ -77,12 +77,18 @@ def make_engine(model: Path, speculative_config: dict | None = None,
     return LLM(str(model), **kwargs)
 
 
-def timed_generate(llm, name: str, prompts: list[str], params, warmup: bool = True) -> Run:
+def timed_generate(llm, name: str, prompts: list[str], params, warmup: bool = True,
+                   batch: int = 0) -> Run:
+    """Generate and time; ``batch=0`` submits all prompts at once, ``batch=b`` submits them
+    b at a time (``batch=1``: one request at a time, the latency setting)."""
     if warmup:
         llm.generate(prompts[:2], params, use_tqdm=False)
     before = _spec_counters(llm)
+    step = batch or len(prompts)
     t0 = time.perf_counter()
-    outs = llm.generate(prompts, params, use_tqdm=False)
+    outs = []
+    for i in range(0, len(prompts), step):
+        outs += llm.generate(prompts[i : i + step], params, use_tqdm=False)
     seconds = time.perf_counter() - t0
     after = _spec_counters(llm)
 

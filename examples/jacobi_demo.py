@@ -23,20 +23,23 @@ def main() -> int:
     ap.add_argument("--blocks", type=int, default=2, help="blocks in flight K")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=1,
+                    help="requests submitted together (1 = one at a time, the latency setting; 0 = all)")
     args = ap.parse_args()
 
     from vllm import SamplingParams
 
     prompts = load_prompts(args.prompts)
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
-    print(f"[demo] model {args.model}, {len(prompts)} prompts, greedy, max_tokens={args.max_tokens}")
+    print(f"[demo] model {args.model}, {len(prompts)} prompts (batch {args.batch or 'all'}), "
+          f"greedy, max_tokens={args.max_tokens}")
 
     llm = make_engine(args.model)
-    base = timed_generate(llm, "no speculation", prompts, params)
+    base = timed_generate(llm, "no speculation", prompts, params, batch=args.batch)
     close(llm)
     spec = {"method": "jacobi", "num_speculative_tokens": args.block}
     llm = make_engine(args.model, spec, {"anyorder": {"jacobi": {"num_blocks": args.blocks}}})
-    jac = timed_generate(llm, "jacobi", prompts, params)
+    jac = timed_generate(llm, "jacobi", prompts, params, batch=args.batch)
     close(llm)
 
     same = jac.outputs == base.outputs

@@ -164,6 +164,7 @@ def save_final(model, args, state: dict, val_loss: float, tok_dir: Path) -> None
     args.out.mkdir(parents=True, exist_ok=True)
     model = model.to(torch.bfloat16)
     model.save_pretrained(args.out, safe_serialization=True)
+    os.chmod(args.out / "model.safetensors", 0o644)  # written 0600 via a temporary file
     config_path = args.out / "config.json"  # transformers 5 writes only "dtype";
     config = json.loads(config_path.read_text())  # older readers look for "torch_dtype"
     config["torch_dtype"] = "bfloat16"
