@@ -40,7 +40,8 @@ class JacobiConfig:
         _check_range("block_size (num_speculative_tokens)", self.block_size, 1, MAX_SPEC_LEN)
         _check_range("num_blocks", self.num_blocks, 1, 8)
         _check_range("pool_size", self.pool_size, 0, 64)
-        if not 0.0 < self.spawn_ratio <= 1.0:
+        ratio = self.spawn_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0.0 < ratio <= 1.0:
             raise AnyOrderConfigError(f"jacobi.spawn_ratio must be in (0, 1], got {self.spawn_ratio!r}")
         if self.recycle not in RECYCLE_RULES:
             raise AnyOrderConfigError(

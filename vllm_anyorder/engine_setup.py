@@ -35,6 +35,15 @@ def resolve(spec: dict[str, Any], additional: dict[str, Any] | None, target_mode
             f"expected method names {sorted(config.CONFIG_CLASSES)}"
         )
     _check_target(method, target_model_config)
+    if section.get("resolved") == method.name and spec.get("method") == "custom_class":
+        # already resolved (the same EngineArgs building a config twice): keep it as is
+        cfg = config.load(additional, method.name)
+        if spec.get("num_speculative_tokens") != cfg.chain_length:
+            raise config.AnyOrderConfigError(
+                f"resolved '{method.name}' options do not match num_speculative_tokens="
+                f"{spec.get('num_speculative_tokens')}; pass the block size, not the chain length"
+            )
+        return spec, additional
     cfg = _parse(method, spec, section.get(method.name))
     config.store(additional, method.name, cfg)
     engine_k = cfg.chain_length
