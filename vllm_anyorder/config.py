@@ -90,7 +90,9 @@ def parse(method: str, options: Mapping[str, Any] | None, **derived: Any):
 
 def section(additional_config: Mapping[str, Any] | None) -> dict[str, Any]:
     """The plugin's part of ``additional_config`` (an empty dict when absent)."""
-    sec = (additional_config or {}).get(ANYORDER_KEY) or {}
+    sec = (additional_config or {}).get(ANYORDER_KEY)
+    if sec is None:
+        return {}
     if not isinstance(sec, Mapping):
         raise AnyOrderConfigError(f"additional_config['{ANYORDER_KEY}'] must be a JSON object")
     return dict(sec)
@@ -110,8 +112,6 @@ def load(additional_config: Mapping[str, Any] | None, method: str, **fallback: A
     sec = section(additional_config)
     opts = dict(sec.get(method) or {})
     if sec.get("resolved") == method:
-        cfg = CONFIG_CLASSES[method](**opts)
-        cfg.validate()
-        return cfg
+        return parse(method, opts)
     derived = {k: v for k, v in fallback.items() if k not in opts}
     return parse(method, opts, **derived)

@@ -144,3 +144,14 @@ def test_load_falls_back_to_parsing_when_not_resolved():
     # "resolved" naming another method does not count as resolved for this one
     ac = {"anyorder": {"resolved": "other", "jacobi": {"num_blocks": 4}}}
     assert config.load(ac, "jacobi", block_size=2) == JacobiConfig(block_size=2, num_blocks=4)
+
+
+@pytest.mark.parametrize("bad", [[], "", 0, False])
+def test_non_object_section_is_refused(bad):
+    with pytest.raises(AnyOrderConfigError, match="JSON object"):
+        config.section({"anyorder": bad})
+
+
+def test_load_of_a_resolved_section_checks_keys():
+    with pytest.raises(AnyOrderConfigError, match="unknown option"):
+        config.load({"anyorder": {"resolved": "jacobi", "jacobi": {"block_size": 8, "bogus": 1}}}, "jacobi")
