@@ -31,3 +31,29 @@ def test_bad_config_fails_at_start_up(tiny_llama, spec, extra, match):
 def test_unknown_method_is_refused(tiny_llama):
     with pytest.raises(Exception, match="method"):
         make_llm(tiny_llama, speculative_config={"method": "jacobbi", "num_speculative_tokens": 4})
+
+
+def test_plain_custom_class_route_works(cyclic_llama):
+    """vLLM's own hook, without the plugin's method name, runs the same proposer."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    from e2e.conftest import shutdown
+
+    spec = {"method": "custom_class", "model": "vllm_anyorder.proposers.jacobi.JacobiProposer",
+            "num_speculative_tokens": 8}
+    prompt = [5, 6, 7, 8]
+    llm = make_llm(cyclic_llama, speculative_config=spec)
+    try:
+        assert llm.llm_engine.vllm_config.speculative_config.num_speculative_tokens == 16  # n*K
+        out = llm.generate([TokensPrompt(prompt_token_ids=prompt)],
+                           SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True),
+                           use_tqdm=False)[0].outputs[0].token_ids
+    finally:
+        shutdown(llm)
+    model = AutoModelForCausalLM.from_pretrained(cyclic_llama, dtype=torch.float32).eval()
+    want = model.generate(torch.tensor([prompt]), max_new_tokens=40, do_sample=False,
+                          eos_token_id=None)[0, len(prompt):].tolist()
+    assert list(out) == want
