@@ -164,8 +164,6 @@ class JacobiState:
         self.block_ends = [self.base + settings.block_size]
         self.stationary = [0]  # leading converged count per block (pseudo-accepted; RA unused)
         self.canvas = self._initial_draft(context, settings.block_size)
-        self.forwards = 0  # verification steps seen
-        self.committed = 0  # tokens committed while this state was alive
 
     # ----------------------------------------------------------------------------- propose
     def next_chain(self, limit: int | None = None) -> list[int]:
@@ -208,8 +206,6 @@ class JacobiState:
         ra_reached = new_base - self.ra_start >= self.s.spawn_threshold
         self.canvas = self.canvas[m + 1 :]
         self.base, self.last_token = new_base, committed[-1]
-        self.forwards += 1
-        self.committed += m + 1
         self._retire_blocks()
         self._count_stationary(stationary_at)
         self._maybe_spawn(ra_reached)
