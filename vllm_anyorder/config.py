@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 ANYORDER_KEY = "anyorder"
 MAX_SPEC_LEN = 128  # vLLM 0.32 rejection sampler limit (v1/sample/rejection_sampler.py)
@@ -27,6 +27,9 @@ class AnyOrderConfigError(ValueError):
 class JacobiConfig:
     """Options of ``method="jacobi"`` (defaults: the paper's recommended n=64, K=2, pool 4,
     r=0.85; ``block_size`` comes from ``num_speculative_tokens``)."""
+
+    # speculative-config key -> option it sets (users may not set those options twice)
+    FROM_SPEC: ClassVar[dict[str, str]] = {"num_speculative_tokens": "block_size"}
 
     block_size: int = 64
     num_blocks: int = 2
@@ -54,8 +57,60 @@ class JacobiConfig:
         return min(MAX_SPEC_LEN, self.block_size * self.num_blocks)
 
 
+DRAFTER_DTYPES = ("auto", "float32", "bfloat16", "float16")
+UNMASK_SCHEDULES = ("confidence", "left_to_right", "random")
+
+
+@dataclass(frozen=True)
+class SpecDiffConfig:
+    """Options of ``method="specdiff"`` (SpecDiff, Christopher et al., Sec. 4.1 / Algorithm 1).
+
+    ``num_draft_tokens`` (gamma) comes from ``num_speculative_tokens`` and ``drafter`` (the
+    masked-diffusion model directory) from the speculative config's ``model``. ``steps`` is T,
+    the number of denoising forwards per draft; ``context_window`` 0 means "as much context as
+    the drafter's trained length leaves after gamma masks"; ``temperature`` 0 drafts the
+    drafter's argmax (any value is lossless: drafts are verified as point masses).
+    """
+
+    FROM_SPEC: ClassVar[dict[str, str]] = {
+        "num_speculative_tokens": "num_draft_tokens",
+        "model": "drafter",
+    }
+
+    drafter: str = ""
+    num_draft_tokens: int = 16
+    steps: int = 4
+    context_window: int = 0
+    schedule: str = "confidence"
+    temperature: float = 0.0
+    dtype: str = "auto"
+    seed: int = 0
+
+    def validate(self) -> None:
+        if not isinstance(self.drafter, str) or not self.drafter:
+            raise AnyOrderConfigError(
+                "specdiff needs a drafter: set speculative_config.model to the directory of a "
+                "masked-diffusion model (MDLM or SEDD format)"
+            )
+        _check_range("num_draft_tokens (num_speculative_tokens)", self.num_draft_tokens, 1,
+                     MAX_SPEC_LEN)
+        _check_range("specdiff.steps", self.steps, 1, self.num_draft_tokens)
+        _check_range("specdiff.context_window", self.context_window, 0, 1 << 20)
+        _check_choice("specdiff.schedule", self.schedule, UNMASK_SCHEDULES)
+        _check_choice("specdiff.dtype", self.dtype, DRAFTER_DTYPES)
+        temp = self.temperature
+        if isinstance(temp, bool) or not isinstance(temp, (int, float)) or not 0.0 <= temp <= 10.0:
+            raise AnyOrderConfigError(
+                f"specdiff.temperature must be a number in [0, 10], got {self.temperature!r}")
+        _check_range("specdiff.seed", self.seed, 0, 2**31 - 1)
+
+    @property
+    def chain_length(self) -> int:
+        return self.num_draft_tokens
+
+
 # method name -> config class; the method table in methods.py refers to these.
-CONFIG_CLASSES: dict[str, type] = {"jacobi": JacobiConfig}
+CONFIG_CLASSES: dict[str, type] = {"jacobi": JacobiConfig, "specdiff": SpecDiffConfig}
 
 
 def _check_range(name: str, value: Any, lo: int, hi: int) -> None:
@@ -63,11 +118,17 @@ def _check_range(name: str, value: Any, lo: int, hi: int) -> None:
         raise AnyOrderConfigError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
 
 
+def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise AnyOrderConfigError(f"{name} must be one of {list(choices)}, got {value!r}")
+
+
 def parse(method: str, options: Mapping[str, Any] | None, **derived: Any):
     """Build and validate the typed config of ``method`` from user options.
 
-    ``derived`` carries values the plugin takes from vLLM's own fields (e.g. ``block_size``
-    from ``num_speculative_tokens``); users may not set those twice.
+    ``derived`` carries values the plugin takes from vLLM's own fields (the config class's
+    ``FROM_SPEC``, e.g. ``block_size`` from ``num_speculative_tokens``); users may not set
+    those twice.
     """
     cls = CONFIG_CLASSES[method]
     options = dict(options or {})
@@ -81,7 +142,7 @@ def parse(method: str, options: Mapping[str, Any] | None, **derived: Any):
     if clash:
         raise AnyOrderConfigError(
             f"option(s) {clash} of method '{method}' come from the speculative config "
-            "(num_speculative_tokens); do not set them in additional_config"
+            f"({sorted(cls.FROM_SPEC)}); do not set them in additional_config"
         )
     cfg = cls(**{**options, **derived})
     cfg.validate()

@@ -8,7 +8,9 @@ input fails at start-up with nothing half-started.
 from __future__ import annotations
 
 import copy
+import importlib
 import logging
+import os
 from typing import Any
 
 from vllm_anyorder import config, methods
@@ -45,6 +47,9 @@ def resolve(spec: dict[str, Any], additional: dict[str, Any] | None, target_mode
             )
         return spec, additional
     cfg = _parse(method, spec, section.get(method.name))
+    if method.startup_check:
+        module, _, func = method.startup_check.rpartition(".")
+        getattr(importlib.import_module(module), func)(cfg, target_model_config)
     config.store(additional, method.name, cfg)
     engine_k = cfg.chain_length
     resolved = {
@@ -61,9 +66,13 @@ def resolve(spec: dict[str, Any], additional: dict[str, Any] | None, target_mode
 
 
 def _parse(method: methods.MethodSpec, spec: dict[str, Any], options: Any):
+    """Typed config from the user's options plus the speculative-config fields the method
+    takes over (``FROM_SPEC``: e.g. gamma from ``num_speculative_tokens``, the drafter
+    directory from ``model``)."""
+    cls = config.CONFIG_CLASSES[method.name]
     k = spec.get("num_speculative_tokens")
     if k is None:
-        k = config.CONFIG_CLASSES[method.name]().block_size
+        k = getattr(cls(), cls.FROM_SPEC["num_speculative_tokens"])
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise config.AnyOrderConfigError(
             f"num_speculative_tokens must be a positive integer for '{method.name}', got {k!r}"
@@ -71,13 +80,28 @@ def _parse(method: methods.MethodSpec, spec: dict[str, Any], options: Any):
     if k > config.MAX_SPEC_LEN:
         raise config.AnyOrderConfigError(
             f"num_speculative_tokens={k} exceeds vLLM's limit of {config.MAX_SPEC_LEN} "
-            f"drafts verified per step (MAX_SPEC_LEN); use a block size <= {config.MAX_SPEC_LEN}"
+            f"drafts verified per step (MAX_SPEC_LEN); use a value <= {config.MAX_SPEC_LEN}"
         )
     if options is not None and not isinstance(options, dict):
         raise config.AnyOrderConfigError(
             f"additional_config['anyorder']['{method.name}'] must be a JSON object"
         )
-    return config.parse(method.name, options, block_size=k)
+    derived = {"num_speculative_tokens": k}
+    if "model" in cls.FROM_SPEC:
+        derived["model"] = _drafter_path(method, spec.get("model"))
+    return config.parse(
+        method.name, options, **{cls.FROM_SPEC[key]: v for key, v in derived.items()}
+    )
+
+
+def _drafter_path(method: methods.MethodSpec, model: Any) -> str:
+    """The drafter directory named by ``speculative_config.model``, made absolute so every
+    worker (another cwd, a Ray node with the same layout) opens the same directory."""
+    if not isinstance(model, str) or not model or model == method.proposer:
+        raise config.AnyOrderConfigError(
+            f"method '{method.name}' needs speculative_config.model = the drafter's directory"
+        )
+    return os.path.abspath(os.path.expanduser(model))
 
 
 def _check_target(method: methods.MethodSpec, model_config) -> None:

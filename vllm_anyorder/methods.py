@@ -17,6 +17,9 @@ class MethodSpec:
     proposer: str  # dotted class path for vLLM's custom_class hook
     target_family: str  # "autoregressive" | "diffusion": which targets the method can serve
     paper: str
+    # dotted path of ``check(cfg, target_model_config)`` run at start-up (raises
+    # AnyOrderConfigError), for methods that load something besides the target
+    startup_check: str = ""
 
 
 METHODS: dict[str, MethodSpec] = {
@@ -27,6 +30,13 @@ METHODS: dict[str, MethodSpec] = {
             proposer="vllm_anyorder.proposers.jacobi.JacobiProposer",
             target_family="autoregressive",
             paper="pcLLM / Jacobi Forcing, Algorithm 1",
+        ),
+        MethodSpec(
+            name="specdiff",
+            proposer="vllm_anyorder.proposers.specdiff.SpecDiffProposer",
+            target_family="autoregressive",
+            paper="SpecDiff (Christopher et al.), Sec. 4.1 / Algorithm 1",
+            startup_check="vllm_anyorder.drafter_checks.check_specdiff_drafter",
         ),
     )
 }

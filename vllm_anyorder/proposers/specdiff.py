@@ -1,0 +1,87 @@
+"""``method="specdiff"``: a masked-diffusion drafter proposes gamma tokens for an AR target.
+
+Adapter over :mod:`vllm_anyorder.core.specdiff` (SpecDiff, Sec. 4.1 / Algorithm 1). The
+drafter (MDLM or SEDD format, :mod:`vllm_anyorder.model_executor.masked_diffusion`) is loaded
+on the target's device in every worker; each ``propose`` drafts for all requests of the step
+together: T drafter forwards over [batch, window + gamma]. vLLM verifies the drafts as point
+masses (custom_class passes no draft probabilities), which is what keeps sampling exact.
+Nothing is kept per request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from vllm_anyorder import config
+from vllm_anyorder.core.specdiff import SpecDiffSettings, draft
+from vllm_anyorder.proposers.base import AnyOrderProposer
+
+
+class SpecDiffProposer(AnyOrderProposer):
+    method = "specdiff"
+
+    def __init__(self, vllm_config: Any) -> None:
+        super().__init__(vllm_config)
+        self.cfg = config.load(vllm_config.additional_config, "specdiff")
+        self.drafter = None
+        self.settings: SpecDiffSettings | None = None
+        self.drafter_forwards = 0  # diagnostics: denoising forwards run so far
+        self._steps = 0
+
+    def load_model(self, target_model: Any) -> None:
+        from vllm_anyorder.model_executor.masked_diffusion import load_drafter
+
+        super().load_model(target_model)
+        device = next(target_model.parameters()).device
+        dtype = None if self.cfg.dtype == "auto" else self.cfg.dtype
+        self.drafter = load_drafter(self.cfg.drafter, dtype=dtype, device=device)
+        spec = self.drafter.spec
+        gamma = self.cfg.num_draft_tokens
+        window = self.cfg.context_window or spec.max_length - gamma
+        self.settings = SpecDiffSettings(
+            num_draft_tokens=gamma,
+            steps=self.cfg.steps,
+            context_window=window,
+            schedule=self.cfg.schedule,
+            temperature=self.cfg.temperature,
+        )
+
+    @torch.inference_mode()
+    def _denoise(self, tokens: torch.Tensor, t: torch.Tensor, key_mask: torch.Tensor):
+        device = self.drafter_device
+        return self.drafter.token_logits(tokens.to(device), t.to(device), key_mask.to(device)).cpu()
+
+    @property
+    def drafter_device(self):
+        return next(self.drafter.parameters()).device
+
+    def propose(
+        self,
+        sampled_token_ids: list[list[int]],
+        num_tokens_no_spec: Any,
+        token_ids_cpu: Any,
+        slot_mappings: Any = None,
+    ) -> list[list[int]]:
+        s = self.settings
+        rows, contexts, budgets = [], [], []
+        for i, committed in enumerate(sampled_token_ids):
+            n_ctx = int(num_tokens_no_spec[i])
+            budget = min(s.num_draft_tokens, self.max_model_len - n_ctx)
+            if not committed or budget <= 0:  # partial prefill chunk, or no room left
+                continue
+            rows.append(i)
+            contexts.append(token_ids_cpu[i, max(0, n_ctx - s.context_window) : n_ctx].tolist())
+            budgets.append(budget)
+        # Same seed sequence on every TP rank: the ranks' proposers must agree.
+        generator = torch.Generator().manual_seed(self.cfg.seed + self._steps)
+        self._steps += 1
+        drafted, forwards = draft(
+            self._denoise, contexts, s, self.drafter.spec.mask_token_id, generator
+        )
+        self.drafter_forwards += forwards
+        chains: list[list[int]] = [[] for _ in sampled_token_ids]
+        for i, tokens, budget in zip(rows, drafted, budgets):
+            chains[i] = tokens[:budget]
+        return chains
