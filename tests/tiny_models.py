@@ -91,3 +91,45 @@ def build_cyclic_llama(path: Path, *, cycle: str = "abcdefghij klmnop\n", steps:
         opt.step()
     model.eval().save_pretrained(path, safe_serialization=True)
     return path
+
+
+def build_tiny_drafter(path: Path, sequences, *, vocab_size: int, steps: int = 150,
+                       max_length: int = 64, seed: int = 0) -> Path:
+    """A tiny MDLM-format masked-diffusion drafter (hidden 64, head_dim 32) trained for a few
+    seconds to fill masked suffixes of ``sequences`` (lists of token ids of the target's
+    vocabulary), so its drafts agree with a tiny target often enough to be accepted.
+    ``sequences=None`` keeps the random initialisation. Mask id = ``vocab_size`` (the extra
+    row), as in the released MDLM format."""
+    import torch
+
+    from vllm_anyorder.model_executor.masked_diffusion import mdlm_spec, random_drafter, save_drafter
+
+    path = Path(path)
+    if (path / "config.json").exists():
+        return path
+    spec = mdlm_spec(vocab_size=vocab_size + 1, hidden_size=64, cond_dim=32, n_blocks=2,
+                     n_heads=2, max_length=max_length)
+    model = random_drafter(spec, seed=seed)
+    if sequences is not None:
+        gen = torch.Generator().manual_seed(seed)
+        data = [torch.tensor(s[:max_length]) for s in sequences]
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+        model.train()
+        for _ in range(steps):
+            picks = torch.randint(0, len(data), (16,), generator=gen).tolist()
+            width = min(len(data[i]) for i in picks)
+            batch = torch.stack([data[i][:width] for i in picks])
+            split = torch.randint(1, width, (16, 1), generator=gen)
+            rate = torch.rand(16, 1, generator=gen)
+            col = torch.arange(width)[None, :]
+            masked = (col >= split) & (torch.rand(batch.shape, generator=gen) < rate)
+            masked |= col == split  # at least one masked position per row
+            noisy = batch.masked_fill(masked, spec.mask_token_id)
+            logits = model(noisy, torch.zeros(16))[..., : spec.num_tokens]
+            loss = torch.nn.functional.cross_entropy(logits[masked], batch[masked])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    save_drafter(model.eval(), path)
+    write_char_tokenizer(path, vocab_size)  # the target's tokenizer: start-up checks compare
+    return path

@@ -9,40 +9,15 @@ patch (see tests/unit/adapters/test_cpu_expand_kernel.py)."""
 
 import numpy as np
 import pytest
-import torch
 
 from e2e.conftest import make_llm, shutdown, spec_metrics
+from e2e.sampling import (MAX_TOKENS, N_PER_REQ, NUM_REQ, P_MIN, SETTING_IDS, SETTINGS, exact,
+                          sample, small_vocab_llama)
 from stats import conditional_chisquare, truncated_probs
 
+__all__ = ["exact", "small_vocab_llama"]  # fixtures used by name
+
 pytestmark = pytest.mark.e2e
-
-PROMPT = [3, 5, 7, 9, 3, 5]
-NUM_REQ, N_PER_REQ, MAX_TOKENS = 700, 4, 4
-P_MIN = 1e-4  # per-position significance; outputs are seeded, so the run is reproducible
-SETTINGS = [dict(temperature=1.0), dict(temperature=0.8, top_k=6, top_p=0.9)]
-
-
-@pytest.fixture(scope="module")
-def small_vocab_llama(tmp_path_factory):
-    from tiny_models import build_tiny_llama
-
-    return build_tiny_llama(tmp_path_factory.mktemp("v16"), vocab_size=16, init_range=0.25, seed=3)
-
-
-@pytest.fixture(scope="module")
-def exact(small_vocab_llama):
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(small_vocab_llama, dtype=torch.float32).eval()
-    cache = {}
-
-    @torch.no_grad()
-    def logits(prefix):
-        if prefix not in cache:
-            cache[prefix] = model(torch.tensor([PROMPT + list(prefix)])).logits[0, -1].numpy()
-        return cache[prefix]
-
-    return logits
 
 
 @pytest.fixture(scope="module")
@@ -54,20 +29,10 @@ def jacobi_llm(small_vocab_llama):
     shutdown(llm)
 
 
-def _samples(llm, params_kw):
-    from vllm import SamplingParams
-    from vllm.inputs import TokensPrompt
-
-    params = SamplingParams(n=N_PER_REQ, max_tokens=MAX_TOKENS, ignore_eos=True, seed=None,
-                            **params_kw)
-    outs = llm.generate([TokensPrompt(prompt_token_ids=PROMPT)] * NUM_REQ, params, use_tqdm=False)
-    return [tuple(c.token_ids) for o in outs for c in o.outputs]
-
-
-@pytest.mark.parametrize("params_kw", SETTINGS, ids=["t1", "t08_topk_topp"])
+@pytest.mark.parametrize("params_kw", SETTINGS, ids=SETTING_IDS)
 def test_jacobi_sampling_matches_the_model(jacobi_llm, exact, params_kw):
     before = spec_metrics(jacobi_llm).get("vllm:spec_decode_num_accepted_tokens", 0)
-    samples = _samples(jacobi_llm, params_kw)
+    samples = sample(jacobi_llm, params_kw)
     assert len(samples) == NUM_REQ * N_PER_REQ and all(len(s) == MAX_TOKENS for s in samples)
     accepted = spec_metrics(jacobi_llm)["vllm:spec_decode_num_accepted_tokens"] - before
     assert accepted > 0.2 * len(samples)  # drafts really were accepted (the rule is exercised)
@@ -110,7 +75,7 @@ def test_stock_vllm_cpu_sampling_is_wrong_without_the_patch(small_vocab_llama, e
                    speculative_config={"method": "jacobi", "num_speculative_tokens": 3},
                    additional_config={"anyorder": {"jacobi": {"num_blocks": 1}}})
     try:
-        samples = _samples(llm, dict(temperature=1.0))
+        samples = sample(llm, dict(temperature=1.0))
     finally:
         shutdown(llm)
     cond = lambda pr: truncated_probs(exact(pr), temperature=1.0)  # noqa: E731

@@ -10,6 +10,7 @@ Nothing is kept per request.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
@@ -27,7 +28,10 @@ class SpecDiffProposer(AnyOrderProposer):
         self.cfg = config.load(vllm_config.additional_config, "specdiff")
         self.drafter = None
         self.settings: SpecDiffSettings | None = None
-        self.drafter_forwards = 0  # diagnostics: denoising forwards run so far
+        # diagnostics (benchmarks, tests): denoising forwards, drafting calls, seconds
+        self.drafter_forwards = 0
+        self.drafter_calls = 0
+        self.drafter_seconds = 0.0
         self._steps = 0
 
     def load_model(self, target_model: Any) -> None:
@@ -77,10 +81,14 @@ class SpecDiffProposer(AnyOrderProposer):
         # Same seed sequence on every TP rank: the ranks' proposers must agree.
         generator = torch.Generator().manual_seed(self.cfg.seed + self._steps)
         self._steps += 1
+        start = time.perf_counter()
         drafted, forwards = draft(
             self._denoise, contexts, s, self.drafter.spec.mask_token_id, generator
         )
-        self.drafter_forwards += forwards
+        if forwards:
+            self.drafter_forwards += forwards
+            self.drafter_calls += 1
+            self.drafter_seconds += time.perf_counter() - start
         chains: list[list[int]] = [[] for _ in sampled_token_ids]
         for i, tokens, budget in zip(rows, drafted, budgets):
             chains[i] = tokens[:budget]
