@@ -1,5 +1,6 @@
-"""`vllm-anyorder serve` with `jacobi`: OpenAI completions and chat endpoints, streaming and
-not, over real HTTP on loopback; greedy text equals plain greedy decoding of the model."""
+"""`vllm-anyorder serve` with each method (`jacobi`, `specdiff`): OpenAI completions and chat
+endpoints, streaming and not, over real HTTP on loopback; greedy text equals plain greedy
+decoding of the model."""
 
 import json
 import os
@@ -21,14 +22,23 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server(cyclic_llama, tmp_path_factory):
+def _method_args(method: str, request) -> tuple[dict, dict]:
+    if method == "jacobi":
+        return ({"method": "jacobi", "num_speculative_tokens": 8},
+                {"anyorder": {"jacobi": {"num_blocks": 2}}})
+    drafter = request.getfixturevalue("cyclic_drafter")
+    return ({"method": "specdiff", "model": str(drafter), "num_speculative_tokens": 8},
+            {"anyorder": {"specdiff": {"steps": 2}}})
+
+
+@pytest.fixture(scope="module", params=["jacobi", "specdiff"])
+def server(cyclic_llama, tmp_path_factory, request):
+    spec, extra = _method_args(request.param, request)
     port = _free_port()
     cli = Path(sys.executable).with_name("vllm-anyorder")
     log = tmp_path_factory.mktemp("server") / "server.log"
     cmd = [str(cli), "serve", str(cyclic_llama), "--host", "127.0.0.1", "--port", str(port),
-           "--speculative-config", json.dumps({"method": "jacobi", "num_speculative_tokens": 8}),
-           "--additional-config", json.dumps({"anyorder": {"jacobi": {"num_blocks": 2}}}),
+           "--speculative-config", json.dumps(spec), "--additional-config", json.dumps(extra),
            "--enforce-eager", "--dtype", "float32", "--max-model-len", "512",
            "--kv-cache-memory-bytes", str(1 << 28), "--served-model-name", "tiny"]
     env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"}

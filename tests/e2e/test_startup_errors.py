@@ -28,6 +28,30 @@ def test_bad_config_fails_at_start_up(tiny_llama, spec, extra, match):
     assert len(multiprocessing.active_children()) == before  # nothing half-started
 
 
+@pytest.mark.parametrize("model,extra,match", [
+    ("/nonexistent/drafter", None, "drafter"),
+    ("DRAFTER", {"anyorder": {"specdiff": {"steps": 9}}}, "steps"),  # T > gamma
+    ("DRAFTER", {"anyorder": {"specdiff": {"context_window": 60}}}, "trained length"),
+    ("V16", None, "tokenizer"),  # a drafter of another vocabulary
+])
+def test_bad_specdiff_drafter_fails_at_start_up(tiny_llama, random_drafter, tmp_path, model,
+                                                extra, match):
+    import multiprocessing
+
+    from tiny_models import build_tiny_drafter
+
+    if model == "DRAFTER":
+        model = str(random_drafter)
+    elif model == "V16":
+        model = str(build_tiny_drafter(tmp_path / "v16", None, vocab_size=16))
+    before = len(multiprocessing.active_children())
+    with pytest.raises(ValueError, match=match):
+        make_llm(tiny_llama, speculative_config={"method": "specdiff", "model": model,
+                                                 "num_speculative_tokens": 8},
+                 additional_config=extra)
+    assert len(multiprocessing.active_children()) == before
+
+
 def test_unknown_method_is_refused(tiny_llama):
     with pytest.raises(Exception, match="method"):
         make_llm(tiny_llama, speculative_config={"method": "jacobbi", "num_speculative_tokens": 4})
