@@ -14,17 +14,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks import configs as C  # noqa: E402
 from benchmarks.common import DEFAULT_MODEL, load_prompts  # noqa: E402
-from benchmarks.compare import Config, compare  # noqa: E402
+from benchmarks.compare import compare  # noqa: E402
 
 
 def configs(blocks, k_blocks):
-    yield Config("no-spec")
-    yield Config("ngram k=8", {"method": "ngram", "num_speculative_tokens": 8,
-                               "prompt_lookup_max": 3, "prompt_lookup_min": 1})
-    for n in blocks:
-        yield Config(f"jacobi n={n} K={k_blocks}", {"method": "jacobi", "num_speculative_tokens": n},
-                     {"anyorder": {"jacobi": {"num_blocks": k_blocks}}})
+    return [C.no_spec(), C.ngram(8)] + [C.jacobi(n, k_blocks) for n in blocks]
 
 
 def main() -> int:
@@ -42,7 +38,7 @@ def main() -> int:
 
     prompts = load_prompts(args.prompts)
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
-    compare("jacobi", args.model, list(configs(args.blocks, args.num_blocks)), prompts, params,
+    compare("jacobi", args.model, configs(args.blocks, args.num_blocks), prompts, params,
             repeats=args.repeats, batch=args.batch,
             describe=f"model {args.model.name}; {len(prompts)} prompts x {args.max_tokens} tokens "
                      f"(batch {args.batch or 'all'}), greedy, bf16")

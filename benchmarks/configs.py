@@ -1,0 +1,40 @@
+"""Benchmark configurations of every method, built one way for every benchmark script."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmarks.common import REPO
+from benchmarks.compare import Config, drafter_probe
+
+AR_DRAFTER = REPO / "models" / "ar-drafter"
+MDLM_DRAFTER = REPO / "models" / "mdlm-drafter"
+
+
+def no_spec() -> Config:
+    return Config("no-spec")
+
+
+def ngram(k: int) -> Config:
+    return Config(f"ngram k={k}", {"method": "ngram", "num_speculative_tokens": k,
+                                   "prompt_lookup_max": 3, "prompt_lookup_min": 1},
+                  family="ngram", k=k)
+
+
+def draft_model(k: int, drafter: Path = AR_DRAFTER) -> Config:
+    return Config(f"draft_model k={k}", {"method": "draft_model", "model": str(drafter),
+                                         "num_speculative_tokens": k},
+                  family="draft_model (AR drafter)", k=k)
+
+
+def jacobi(n: int, blocks: int = 2, model: Path | None = None, label: str = "") -> Config:
+    family = f"jacobi K={blocks}{label}"
+    return Config(f"jacobi n={n} K={blocks}{label}", {"method": "jacobi", "num_speculative_tokens": n},
+                  {"anyorder": {"jacobi": {"num_blocks": blocks}}}, model=model, family=family, k=n)
+
+
+def specdiff(gamma: int, steps: int, drafter: Path = MDLM_DRAFTER) -> Config:
+    return Config(f"specdiff gamma={gamma} T={steps}",
+                  {"method": "specdiff", "model": str(drafter), "num_speculative_tokens": gamma},
+                  {"anyorder": {"specdiff": {"steps": steps}}}, probe=drafter_probe,
+                  family=f"specdiff T={steps}", k=gamma)

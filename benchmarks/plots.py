@@ -1,0 +1,49 @@
+"""PNG plots of a comparison's rows: speed-up vs k per method family, acceptance by position."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def write_plots(rows: list[dict], out_prefix: Path, title: str) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    families = {}
+    for r in rows:
+        if r["k"]:
+            families.setdefault(r["family"], []).append(r)
+    for family, rs in families.items():
+        rs = sorted(rs, key=lambda r: r["k"])
+        ax.plot([r["k"] for r in rs], [r["speedup_vs_nospec"] for r in rs], marker="o", label=family)
+    ax.axhline(1.0, color="gray", lw=0.8, ls="--")
+    ax.set_xlabel("k (drafts per step: gamma / block size)")
+    ax.set_ylabel("wall-clock speed-up vs no speculation (median)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    path = out_prefix.with_name(out_prefix.name + "-speedup_vs_k.png")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(path)
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for r in rows:
+        per_pos, drafts = r["accepted_per_position"], r["target_forwards_with_drafts"]
+        if per_pos and drafts:
+            ax.plot(range(1, len(per_pos) + 1), [a / drafts for a in per_pos], marker=".",
+                    label=r["method"])
+    ax.set_xlabel("draft position")
+    ax.set_ylabel("fraction of verification steps accepting it")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    path = out_prefix.with_name(out_prefix.name + "-acceptance_by_position.png")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(path)
+    return written
