@@ -125,8 +125,9 @@ class Attention(nn.Module):
         q = rotary(self.q_proj(x).view(r, c.num_attention_heads, c.head_dim), row_positions,
                    c.rope_theta)
         kv_x, kv_pos = x[:num_content], row_positions[:num_content]  # query rows give no K/V
-        k = rotary(self.k_proj(kv_x).view(num_content, -1, c.head_dim), kv_pos, c.rope_theta)
-        v = self.v_proj(kv_x).view(num_content, -1, c.head_dim)
+        nkv = c.num_key_value_heads
+        k = rotary(self.k_proj(kv_x).view(num_content, nkv, c.head_dim), kv_pos, c.rope_theta)
+        v = self.v_proj(kv_x).view(num_content, nkv, c.head_dim)
         rep = c.num_attention_heads // c.num_key_value_heads  # GQA: heads share a K/V head
         k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
         scores = torch.einsum("rhd,lhd->hrl", q, k) * c.head_dim ** -0.5  # [heads, R, L]
