@@ -271,6 +271,10 @@ def load_drafter(path, dtype: str | None = None, device="cpu") -> MaskedDiffusio
         parts = [f"{label}: {', '.join(names[:12])}{' ...' if len(names) > 12 else ''}"
                  for label, names in (("missing", missing), ("unexpected", unexpected),
                                       ("wrong shape", wrong)) if names]
+        bare = {k[len("backbone."):] if k.startswith("backbone.") else "backbone." + k for k in state}
+        if missing and set(missing) <= bare:  # the other family's naming
+            parts.insert(0, "the names should " + ("carry the 'backbone.' prefix of MDLM files"
+                                                   if prefix else "have no prefix in SEDD files"))
         raise MaskedDiffusionFormatError(
             f"weights in {spec.weights_file} do not match the {spec.family} config "
             f"({len(missing)} missing, {len(unexpected)} unexpected, {len(wrong)} wrong shape); "
