@@ -8,8 +8,6 @@ every token generated so far; sample (or take the argmax of) its distribution; r
 
 from __future__ import annotations
 
-import itertools
-
 import torch
 
 
@@ -64,6 +62,3 @@ def exact_joint(model, tokens, positions, sigma, temperature=1.0):
         joint = nxt
     return joint
 
-
-def all_outcomes(vocab: int, length: int):
-    return list(itertools.product(range(vocab), repeat=length))

@@ -231,8 +231,8 @@ def assd_decode(model: AsArm, tokens: Sequence[int], positions: Sequence[int],
                     pending = (sample(la, generator), la)
                 else:
                     committed.append(int(sample(la[:1], generator)[0]))  # bonus token
-        for pos, tok in zip(sigma[n: n + len(committed)], committed):
-            if bigram is not None:
+        if bigram is not None:  # Alg. 2's counts grow with the decoded sequence
+            for pos, tok in zip(sigma[n: n + len(committed)], committed):
                 bigram.observe(pos, tok)
         out += committed
         rounds.append(Round(t - n, accepted, len(committed), calls - before, gap))
