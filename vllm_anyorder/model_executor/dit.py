@@ -19,6 +19,7 @@ below are exactly the released tensor names (without MDLM's ``backbone.`` prefix
 Numerics: the residual stream, norms and modulation run in fp32 while the linear layers run
 in the weights' dtype; this is what upstream gets from fp32 weights under bf16 autocast, and it
 keeps bf16 checkpoints accurate. ``inv_freq`` stays fp32 whatever the module is cast to.
+Attention runs in the weights' dtype even under autocast (bf16 SDPA backward is slow on CPU).
 Attention is bidirectional (``F.scaled_dot_product_attention``, scale 1/sqrt(head_dim)) with
 rotate-half rotary embeddings on q and k at positions 0..L-1; padding keys can be excluded.
 """
@@ -127,7 +128,8 @@ class DDiTBlock(nn.Module):
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [B, heads, L, head_dim]
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
-        att = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+        with torch.autocast(x.device.type, enabled=False):  # in the weights' dtype
+            att = F.scaled_dot_product_attention(q, k, v.to(q.dtype), attn_mask=attn_mask)
         x = x + gate_msa * _linear(self.attn_out, att.transpose(1, 2).reshape(b, length, hidden))
         h = _modulate(self.norm2(x), shift_mlp, scale_mlp)
         return x + gate_mlp * _linear(self.mlp[2], self.mlp[1](self.mlp[0](h.to(self.mlp[0].weight.dtype))))

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -351,3 +352,6 @@ def save_drafter(model: MaskedDiffusionLM, path, *, sedd_weights: str = "safeten
     else:
         from safetensors.torch import save_file
         save_file(dict(state), str(out / "model.safetensors"), metadata={"format": "pt"})
+    for name in ("model.safetensors", "pytorch_model.bin"):  # save_file leaves 0600
+        if (out / name).exists():
+            os.chmod(out / name, 0o644)

@@ -1,0 +1,340 @@
+"""Trains the MDLM-format masked-diffusion drafter of ``method="specdiff"`` on one CPU core.
+
+Owns ``models/mdlm-drafter/``: a small DiT in the released MDLM layout
+(``vllm_anyorder.model_executor.masked_diffusion``; ``time_conditioning`` false), over the
+project tokenizer's 4096 tokens plus the mask row 4096 (vocab_size 4097), saved as bf16.
+
+Objective (MDLM, Sahoo et al. 2024, SUBS parameterisation: the mask column is never predicted
+and unmasked tokens carry over, so only masked positions have a loss). The drafter's job at
+inference is to fill gamma (8..32) masks after a clean context of up to max_length - gamma
+tokens, so most rows train on that shape:
+
+* suffix rows (1 - ``--full-frac``): a window of ``--max-length`` tokens, a suffix of
+  g ~ U{``--min-suffix``..``--max-suffix``} tokens at its end, each suffix token masked with
+  probability t ~ U(1e-3, 1) (at least one); with probability ``--short-frac`` the row is cut
+  to a random shorter length first (padding keys excluded), as at the start of a generation;
+* full rows (``--full-frac``, default 25%): standard MDLM masking of the whole window at rate t.
+
+Loss: cross-entropy over the real tokens at masked positions, averaged over masked tokens.
+MDLM's continuous-time ELBO weights each masked token by 1/t; that weight is dropped here
+(as in MaskGIT-style training): the drafter is used for its per-position denoising
+distribution, not as a likelihood model, and the 1/t weight would put most of the gradient on
+the rare low-t rows with one or two masks, adding variance without helping drafting at the
+high mask rates that decoding starts from.
+
+Data, schedule, checkpoints and budgets follow ``training.train_ar``: seeded batches that
+depend only on (seed, step), AdamW with warmup + cosine ending when the first of
+``--minutes`` / ``--max-steps`` runs out, ``training/checkpoints/<name>/last.pt`` every
+``--ckpt-every`` minutes, on Ctrl-C and at the end (``--resume``). At the end the bf16 model is
+saved, reloaded from disk and evaluated: validation loss on every validation window and
+greedy drafting accuracy (``--eval-only DIR`` runs just those checks on a saved drafter).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import shutil
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("RAYON_NUM_THREADS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+from training.data import DEFAULT_TOKENIZER, REPO_ROOT  # noqa: E402
+from training.train_ar import _rel, lr_at, save_checkpoint, token_stream  # noqa: E402
+from vllm_anyorder.model_executor.masked_diffusion import (  # noqa: E402
+    load_drafter, mdlm_spec, random_drafter, save_drafter)
+
+NOISE_EPS = 1e-3
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    a = ap.add_argument
+    a("--out", type=Path, default=REPO_ROOT / "models" / "mdlm-drafter")
+    a("--tokenizer", type=Path, default=DEFAULT_TOKENIZER)
+    a("--ckpt-dir", type=Path, default=None, help="default training/checkpoints/<out name>")
+    a("--hidden", type=int, default=192)
+    a("--cond-dim", type=int, default=128)
+    a("--blocks", type=int, default=4)
+    a("--heads", type=int, default=4)
+    a("--max-length", type=int, default=128)
+    a("--min-suffix", type=int, default=8)
+    a("--max-suffix", type=int, default=48)
+    a("--full-frac", type=float, default=0.25, help="rows with whole-window MDLM masking")
+    a("--short-frac", type=float, default=0.2, help="suffix rows cut to a shorter length")
+    a("--batch-size", type=int, default=16)
+    a("--lr", type=float, default=2e-3)
+    a("--min-lr-ratio", type=float, default=0.1)
+    a("--warmup", type=int, default=100)
+    a("--weight-decay", type=float, default=0.1)
+    a("--grad-clip", type=float, default=1.0)
+    a("--minutes", type=float, default=None, help="wall-clock budget (training + evals)")
+    a("--max-steps", type=int, default=None)
+    a("--eval-every", type=int, default=250)
+    a("--eval-windows", type=int, default=96, help="validation windows per periodic eval")
+    a("--draft-windows", type=int, default=256, help="contexts for the drafting check")
+    a("--ckpt-every", type=float, default=3.0, help="minutes between checkpoints")
+    a("--seed", type=int, default=0)
+    a("--threads", type=int, default=1)
+    a("--no-bf16", action="store_true", help="train in fp32 instead of bf16 autocast")
+    a("--resume", action="store_true")
+    a("--eval-only", type=Path, default=None, help="only evaluate this saved drafter")
+    args = ap.parse_args(argv)
+    if args.eval_only is None and args.minutes is None and args.max_steps is None:
+        ap.error("give --minutes and/or --max-steps")
+    head_dim = args.hidden // args.heads
+    if head_dim * args.heads != args.hidden or head_dim < 32 or head_dim % 2:
+        ap.error(f"hidden/heads must divide into an even head_dim >= 32, got {args.hidden}/{args.heads}")
+    if not 1 <= args.min_suffix <= args.max_suffix < args.max_length - 8:
+        ap.error("need 1 <= --min-suffix <= --max-suffix < --max-length - 8")
+    args.ckpt_dir = args.ckpt_dir or REPO_ROOT / "training" / "checkpoints" / args.out.name
+    return args
+
+
+def build_model(args, vocab_tokens: int):
+    """fp32 model for training; DiT/MDLM init: adaLN and output projection start at zero."""
+    spec = mdlm_spec(vocab_tokens + 1, args.hidden, args.cond_dim, args.blocks, args.heads,
+                     args.max_length, time_conditioning=False)
+    model = random_drafter(spec, seed=args.seed, init_std=0.02)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "adaLN_modulation" in name or name.startswith("dit.output_layer.linear"):
+                p.zero_()
+    return model
+
+
+# ---------------------------------------------------------------------------- corruption
+def corrupt(x: torch.Tensor, gen: torch.Generator, args, mask_id: int):
+    """Noisy input, masked positions, key mask and per-row ``full`` flags for clean windows
+    ``x`` [B, L] (the module docstring describes the mixture)."""
+    b, length = x.shape
+    col = torch.arange(length)[None, :]
+    full = torch.rand(b, generator=gen) < args.full_frac
+    gam = torch.randint(args.min_suffix, args.max_suffix + 1, (b,), generator=gen)
+    short = (torch.rand(b, generator=gen) < args.short_frac) & ~full
+    room = length - gam - 8  # a cut row keeps at least 8 context tokens
+    cut = gam + 8 + (torch.rand(b, generator=gen) * (room + 1)).long().clamp(max=room)
+    end = torch.where(short, cut, torch.full_like(gam, length))
+    start = torch.where(full, torch.zeros_like(gam), end - gam)
+    t = NOISE_EPS + (1 - NOISE_EPS) * torch.rand(b, generator=gen)
+    zone = (col >= start[:, None]) & (col < end[:, None])
+    masked = zone & (torch.rand(b, length, generator=gen) < t[:, None])
+    forced = start + (torch.rand(b, generator=gen) * (end - start)).long().clamp(max=end - start - 1)
+    masked[torch.arange(b), forced] = True  # at least one mask per row
+    key_mask = col < end[:, None]
+    return x.masked_fill(masked, mask_id), masked, key_mask, full
+
+
+def masked_ce(model, x, noisy, masked, key_mask, bf16: bool, reduction="mean"):
+    n = model.spec.num_tokens
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        logits = model(noisy, torch.zeros(len(x)), key_mask, positions=masked)
+    return F.cross_entropy(logits[:, :n].float(), x[masked], reduction=reduction)
+
+
+def sample_batch(stream, args, step: int, mask_id: int):
+    gen = torch.Generator().manual_seed(args.seed * 1_000_003 + step)
+    starts = torch.randint(0, len(stream) - args.max_length, (args.batch_size,), generator=gen)
+    x = torch.stack([stream[s:s + args.max_length] for s in starts.tolist()]).long()
+    return (x, *corrupt(x, gen, args, mask_id))
+
+
+def val_set(stream, args, mask_id: int, limit: int | None = None):
+    """Non-overlapping validation windows with a fixed corruption (seed 1234)."""
+    n = len(stream) // args.max_length
+    x = stream[: n * args.max_length].view(n, args.max_length).long()
+    if limit is not None and limit < n:
+        x = x[torch.linspace(0, n - 1, limit).long()]
+    return (x, *corrupt(x, torch.Generator().manual_seed(1234), args, mask_id))
+
+
+@torch.no_grad()
+def evaluate(model, vs, bf16: bool, batch_size: int = 32) -> dict:
+    """nats per masked token: overall, suffix rows, full rows."""
+    was_training = model.training
+    model.eval()
+    sums = {"all": [0.0, 0], "suffix": [0.0, 0], "full": [0.0, 0]}
+    x, noisy, masked, key_mask, full = vs
+    for i in range(0, len(x), batch_size):
+        sl = slice(i, i + batch_size)
+        ce = masked_ce(model, x[sl], noisy[sl], masked[sl], key_mask[sl], bf16, reduction="none")
+        row = masked[sl].nonzero()[:, 0]
+        for key, sel in (("all", torch.ones_like(row, dtype=torch.bool)),
+                         ("suffix", ~full[sl][row]), ("full", full[sl][row])):
+            sums[key][0] += ce[sel].sum().item()
+            sums[key][1] += int(sel.sum())
+    model.train(was_training)
+    return {k: round(s / max(c, 1), 4) for k, (s, c) in sums.items()}
+
+
+@torch.no_grad()
+def drafting_check(model, stream, n_windows: int, context: int = 96, gamma: int = 8,
+                   steps: int = 8, target_dir: Path | None = None) -> dict:
+    """Greedy drafts of ``gamma`` tokens after ``context``-token validation contexts with
+    ``steps`` confidence-ordered unmasking steps (the engine's ``core.specdiff.draft``).
+    Accuracy = fraction of drafted positions equal to the true next token; prefix = mean
+    length of the correct prefix. With ``target_dir`` also against the AR target's greedy
+    continuation (what speculative decoding accepts at temperature 0)."""
+    from vllm_anyorder.core.specdiff import SpecDiffSettings, draft
+
+    width = context + gamma
+    total = len(stream) // width
+    n = min(n_windows, total)
+    every = stream[: total * width].view(total, width)
+    windows = every[torch.linspace(0, total - 1, n).long()].long()
+    settings = SpecDiffSettings(num_draft_tokens=gamma, steps=steps, context_window=context)
+    model.eval()
+    drafts = []
+    for i in range(0, n, 16):
+        ctx = windows[i:i + 16, :context].tolist()
+        out, _ = draft(model.token_logits, ctx, settings, model.spec.mask_token_id)
+        drafts.append(torch.tensor(out))
+    drafts = torch.cat(drafts)
+    refs = {"text": windows[:, context:]}
+    if target_dir is not None and (target_dir / "config.json").exists():
+        from transformers import AutoModelForCausalLM
+
+        target = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.bfloat16).eval()
+        outs = [target.generate(windows[i:i + 32, :context], max_new_tokens=gamma, do_sample=False,
+                                min_new_tokens=gamma, pad_token_id=1)[:, context:]
+                for i in range(0, n, 32)]
+        refs["ar_target"] = torch.cat(outs)
+    result = {"contexts": n, "context_tokens": context, "gamma": gamma, "steps": steps,
+              "schedule": "confidence"}
+    for name, ref in refs.items():
+        eq = drafts == ref
+        result[f"acc_vs_{name}"] = round(eq.float().mean().item(), 4)
+        result[f"prefix_vs_{name}"] = round(eq.long().cumprod(dim=1).sum(dim=1).float().mean().item(), 3)
+    return result
+
+
+def final_checks(path: Path, args, val_stream, state: dict) -> None:
+    """Reload the saved bf16 drafter and measure what ships."""
+    t0 = time.time()
+    model = load_drafter(path)
+    mask_id = model.spec.mask_token_id
+    state["final_val"] = evaluate(model, val_set(val_stream, args, mask_id), bf16=False)
+    state["final_val_loss"] = state["final_val"]["all"]
+    state["drafting"] = drafting_check(model, val_stream, args.draft_windows,
+                                       target_dir=REPO_ROOT / "models" / "ar-target")
+    state["final_eval_s"] = round(time.time() - t0, 1)
+    print("validation (saved bf16 model, all windows):", json.dumps(state["final_val"]))
+    print("drafting check:", json.dumps(state["drafting"]))
+
+
+def save_final(model, args, state: dict, val_stream) -> None:
+    from training.model_card import write_drafter_card
+
+    save_drafter(model.to(torch.bfloat16).eval(), args.out)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(args.tokenizer / name, args.out / name)
+    final_checks(args.out, args, val_stream, state)
+    (args.out / "training_log.json").write_text(json.dumps(state, indent=1) + "\n")
+    write_drafter_card(args, load_drafter(args.out), state)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.set_num_interop_threads(args.threads)
+    torch.manual_seed(args.seed)
+    bf16 = not args.no_bf16
+    val_stream = token_stream("validation", args.tokenizer)
+    if args.eval_only is not None:
+        state: dict = {}
+        final_checks(args.eval_only, args, val_stream, state)
+        return
+    train = token_stream("train", args.tokenizer)
+    from tokenizers import Tokenizer
+    vocab = Tokenizer.from_file(str(args.tokenizer / "tokenizer.json")).get_vocab_size()
+    model = build_model(args, vocab)
+    mask_id = model.spec.mask_token_id
+    periodic = val_set(val_stream, args, mask_id, limit=args.eval_windows)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(0.9, 0.95), fused=False)
+    ckpt_path = args.ckpt_dir / "last.pt"
+    state = {"step": 0, "elapsed_s": 0.0, "tokens_seen": 0, "masked_tokens_seen": 0,
+             "train_loss": None, "evals": [], "train_tokens": len(train),
+             "val_tokens": len(val_stream), "args": {k: _rel(v) for k, v in vars(args).items()},
+             "command": "python -m training.train_mdlm " + shlex.join(sys.argv[1:])}
+    if args.resume and ckpt_path.exists():
+        ckpt = torch.load(ckpt_path, weights_only=False)
+        model.load_state_dict(ckpt.pop("model"))
+        opt.load_state_dict(ckpt.pop("optim"))
+        state.update({k: v for k, v in ckpt.items() if k not in ("args", "command")})
+        print(f"resumed from {ckpt_path} at step {state['step']} ({state['elapsed_s']:.0f}s)")
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"model {n_params / 1e6:.2f}M params (vocab {model.spec.vocab_size}, mask id {mask_id}); "
+          f"train {len(train)} tokens; bf16 autocast={bf16}; threads={args.threads}")
+
+    budget_s = args.minutes * 60 if args.minutes else math.inf
+    max_steps = args.max_steps or math.inf
+
+    def progress() -> float:
+        return max(state["step"] / max_steps, state["elapsed_s"] / budget_s)
+
+    bar = tqdm(total=args.max_steps, initial=state["step"], mininterval=10, dynamic_ncols=True)
+    t_last, t_ckpt, ema = time.time(), time.time(), state["train_loss"]
+    model.train()
+    try:
+        while progress() < 1.0:
+            step = state["step"]
+            lr = lr_at(args, step, progress())
+            for group in opt.param_groups:
+                group["lr"] = lr
+            x, noisy, masked, key_mask, _ = sample_batch(train, args, step, mask_id)
+            loss = masked_ce(model, x, noisy, masked, key_mask, bf16)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
+            state.update(step=step + 1, tokens_seen=state["tokens_seen"] + int(key_mask.sum()),
+                         masked_tokens_seen=state["masked_tokens_seen"] + int(masked.sum()),
+                         train_loss=ema)
+            if state["step"] % args.eval_every == 0:
+                state["elapsed_s"] += time.time() - t_last
+                t_last = time.time()
+                v = evaluate(model, periodic, bf16)
+                state["evals"].append({"step": state["step"], "tokens": state["tokens_seen"],
+                                       "elapsed_s": round(state["elapsed_s"], 1),
+                                       "train_loss": round(ema, 4), "val_loss": v["all"],
+                                       "val_suffix": v["suffix"], "val_full": v["full"]})
+                tqdm.write(json.dumps(state["evals"][-1]))
+            now = time.time()
+            state["elapsed_s"] += now - t_last
+            t_last = now
+            bar.update(1)
+            bar.set_postfix(loss=f"{ema:.3f}", lr=f"{lr:.2e}", done=f"{progress():.0%}", refresh=False)
+            if now - t_ckpt > args.ckpt_every * 60:
+                save_checkpoint(ckpt_path, model, opt, state)
+                t_ckpt = time.time()
+    except KeyboardInterrupt:
+        save_checkpoint(ckpt_path, model, opt, state)
+        print(f"\ninterrupted; checkpoint at step {state['step']} -> {ckpt_path} (use --resume)")
+        return
+    bar.close()
+    save_checkpoint(ckpt_path, model, opt, state)
+    print(f"done: {state['step']} steps, {state['tokens_seen']} tokens "
+          f"({state['masked_tokens_seen']} masked), {state['elapsed_s'] / 60:.1f} min; "
+          f"train loss (EMA) {ema:.4f}")
+    save_final(model, args, state, val_stream)
+    print(f"saved {args.out}")
+
+
+if __name__ == "__main__":
+    main()
