@@ -33,7 +33,7 @@ import torch
 
 REMASKING = ("low_confidence", "random")
 METHODS = ("stepwise", "ssd", "freedave")
-_GUMBEL, _REMASK = 0x6A09E667, 0x3C6EF372  # stream keys of the two random draws
+GUMBEL_STREAM, REMASK_STREAM = 0x6A09E667, 0x3C6EF372  # keys of the two random draws
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ def uniform(seed: int, stream: int, step: int, positions, width: int | None = No
 
 
 def gumbel(seed: int, step: int, positions, width: int):
-    return -torch.log(-torch.log(uniform(seed, _GUMBEL, step, positions, width)))
+    return -torch.log(-torch.log(uniform(seed, GUMBEL_STREAM, step, positions, width)))
 
 
 # ----------------------------------------------------------------------------- one step
@@ -158,7 +158,7 @@ def decide(logits, positions, step: Step, s: DllmSettings, seed: int) -> Decisio
     if s.remasking == "low_confidence":
         conf = torch.softmax(lg, -1).gather(-1, x0[:, None])[:, 0]
     else:
-        conf = uniform(seed, _REMASK, step.index, positions)
+        conf = uniform(seed, REMASK_STREAM, step.index, positions)
     keep = torch.sort(conf, descending=True, stable=True).indices[: step.count].sort().values
     return Decision(tuple(positions[keep].tolist()), tuple(x0[keep].tolist()))
 
