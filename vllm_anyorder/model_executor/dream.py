@@ -168,7 +168,9 @@ class DreamModel(nn.Module):
     def save_pretrained(self, path, max_shard_bytes: int | None = None) -> Path:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        (path / "config.json").write_text(json.dumps(self.config.to_json(), indent=2) + "\n")
+        config = {**self.config.to_json(),
+                  "torch_dtype": str(self.lm_head.weight.dtype).removeprefix("torch.")}
+        (path / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         state = dict(self.state_dict())
         if self.config.tie_word_embeddings:
             state.pop("lm_head.weight")
