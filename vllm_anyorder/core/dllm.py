@@ -44,7 +44,7 @@ class DllmOutput:
     tokens: list[int]  # generated tokens, through the first EOS
     finish_reason: str  # "stop" (ended at EOS) or "length"
     forwards: int  # model forwards (a batched verification forward counts once)
-    steps: int  # baseline steps covered until the output was determined
+    steps: int  # baseline steps the canvas had advanced when decoding stopped
     nodes: int  # canvases evaluated over all forwards
 
 

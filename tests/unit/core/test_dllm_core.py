@@ -148,6 +148,17 @@ def test_a_request_decodes_the_same_alone_and_in_a_batch(models, method):
             assert alone == batch[i]
 
 
+@pytest.mark.parametrize("lookahead", [0, 2])
+def test_any_lookahead_decodes_the_same(models, lookahead):
+    s = settings("b4s4-greedy")
+    base = generate(models["dream"], PROMPTS, s, SEEDS)
+    for kw in (METHODS["ssd-N5-mix"], METHODS["freedave-d8"]):
+        outs = generate(models["dream"], PROMPTS, replace(s, lookahead_blocks=lookahead, **kw),
+                        SEEDS)
+        assert [o.tokens for o in outs] == [b.tokens for b in base]
+        assert all(o.forwards <= b.forwards for o, b in zip(outs, base))
+
+
 def test_zero_drafts_are_the_baseline(models):
     s = settings("b4s4-greedy")
     base = generate(models["llada"], PROMPTS, s, SEEDS)
@@ -240,3 +251,14 @@ def test_advance_checks_the_plan():
         req.advance(torch.zeros(2, 4, 64))  # wrong node count
     req.advance(torch.zeros(1, plan.window[1] - plan.window[0], 64))
     assert req.i == 1 and req.forwards == 1
+
+
+def test_dllm_core_and_models_never_import_vllm():
+    import subprocess
+    import sys
+
+    code = ("import sys, vllm_anyorder.core.dllm, vllm_anyorder.core.dllm_cache, "
+            "vllm_anyorder.model_executor.llada, vllm_anyorder.model_executor.dream; "
+            "bad=[m for m in sys.modules if m=='vllm' or m.startswith('vllm.')]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
