@@ -117,16 +117,16 @@ def _mix32(x):
 
 
 def _absorb(h, value):
-    return _mix32((h + _mul32(torch.as_tensor(value, dtype=torch.long) & _M32, 0x9E3779B9))
-                  & _M32)
+    """Fold one key field into the hash (Python ints and int64 tensors alike)."""
+    return _mix32((h + _mul32(value & _M32, 0x9E3779B9)) & _M32)
 
 
 def uniform(seed: int, stream: int, step: int, positions, width: int | None = None):
     """Uniform (0, 1) float64 draws keyed by (seed, stream, step, position[, 0..width-1]):
     shape [n] or [n, width]. Same key, same value, whatever else is drawn."""
-    h = torch.tensor(0x243F6A88, dtype=torch.long)
-    for v in (seed & _M32, (seed >> 32) & _M32, stream, step):
-        h = _absorb(h, v)
+    h = 0x243F6A88
+    for v in (seed & _M32, (seed >> 32) & _M32, stream, step):  # scalars: plain ints
+        h = _absorb(h, int(v))
     h = _absorb(h, positions.long())  # [n]
     if width is not None:
         h = _absorb(h[:, None], torch.arange(width))  # [n, width]
