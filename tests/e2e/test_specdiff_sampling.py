@@ -62,3 +62,59 @@ def test_specdiff_sampling_matches_the_target(specdiff_llm, exact, params_kw):
         stat, df, p = conditional_chisquare(samples, pos, cond)
         assert df > 0
         assert p > P_MIN, f"position {pos}: chi2={stat:.1f} df={df} p={p:.2e}"
+
+
+@pytest.mark.parametrize("q_rule", ["drafter_probs", "point_mass"])
+def test_the_trap_is_real(small_vocab_drafter, exact, q_rule):
+    """Why point masses: the same drafter, sampling drafts in confidence order, with its
+    probability at reveal time used as q in the p/q rule (accept with min(1, p/q), resample
+    (p - q)+) gives a wrong distribution, and this test's statistic sees it at the same sample
+    size; the identical simulation with point-mass q passes. Each draft's q is conditioned on
+    drafts revealed before it, which may lie to its right, so it is not q(d_i | prefix, d_<i)."""
+    import numpy as np
+
+    from vllm_anyorder.model_executor.masked_diffusion import load_drafter
+
+    drafter = load_drafter(str(small_vocab_drafter), dtype="float32")
+    n, gamma, mask = NUM_REQ * N_PER_REQ, 3, drafter.spec.mask_token_id
+    gen = torch.Generator().manual_seed(0)
+    canvas = torch.tensor([PROMPT + [mask] * gamma] * n)
+    q_at_reveal = torch.zeros(n, gamma, drafter.spec.num_tokens)
+    with torch.no_grad():
+        for _ in range(gamma):  # T = gamma: one position revealed per step
+            still = canvas[:, len(PROMPT):] == mask
+            probs = torch.softmax(drafter.token_logits(canvas, still.float().mean(1))[:, len(PROMPT):], -1)
+            tokens = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=gen).view(n, gamma)
+            conf = probs.gather(-1, tokens[..., None])[..., 0].masked_fill(~still, -1.0)
+            pick = conf.argmax(1)  # most confident still-masked position
+            rows = torch.arange(n)
+            canvas[rows, len(PROMPT) + pick] = tokens[rows, pick]
+            q_at_reveal[rows, pick] = probs[rows, pick]
+    drafts, q = canvas[:, len(PROMPT):].numpy(), q_at_reveal.double().numpy()
+    if q_rule == "point_mass":
+        q = np.eye(drafter.spec.num_tokens)[drafts]
+    rng = np.random.default_rng(0)
+    cache = {}
+
+    def probs_of(prefix):
+        key = tuple(prefix)
+        if key not in cache:
+            cache[key] = truncated_probs(exact(key), temperature=1.0)
+        return cache[key]
+
+    samples = []
+    for row in range(n):
+        seq = []
+        for i in range(gamma):
+            p, d = probs_of(seq), drafts[row, i]
+            if rng.random() < min(1.0, p[d] / q[row, i, d]):
+                seq.append(int(d))
+                continue
+            resid = np.maximum(p - q[row, i], 0.0)
+            seq.append(int(rng.choice(len(p), p=resid / resid.sum())))
+            break
+        while len(seq) < MAX_TOKENS:
+            seq.append(int(rng.choice(16, p=probs_of(seq))))
+        samples.append(tuple(seq))
+    worst = min(conditional_chisquare(samples, pos, probs_of)[2] for pos in range(gamma))
+    assert (worst < P_MIN) == (q_rule == "drafter_probs"), f"worst p-value {worst:.2e}"
