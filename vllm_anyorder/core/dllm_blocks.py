@@ -129,7 +129,7 @@ def uniform(seed: int, stream: int, step: int, positions, width: int | None = No
         h = _absorb(h, int(v))
     h = _absorb(h, positions.long())  # [n]
     if width is not None:
-        h = _absorb(h[:, None], torch.arange(width))  # [n, width]
+        h = _absorb(h[:, None], torch.arange(width, device=h.device))  # [n, width]
     return (h.double() + 0.5) / 2.0 ** 32
 
 
@@ -152,15 +152,17 @@ def decide(logits, positions, step: Step, s: DllmSettings, seed: int) -> Decisio
     lg = logits.double().clone()
     lg[:, s.mask_id] = float("-inf")
     if s.temperature > 0:
-        x0 = (lg / s.temperature + gumbel(seed, step.index, positions, lg.shape[-1])).argmax(-1)
+        noise = gumbel(seed, step.index, positions.to(lg.device), lg.shape[-1])
+        x0 = (lg / s.temperature + noise).argmax(-1)
     else:
         x0 = lg.argmax(-1)
     if s.remasking == "low_confidence":
         conf = torch.softmax(lg, -1).gather(-1, x0[:, None])[:, 0]
     else:
-        conf = uniform(seed, REMASK_STREAM, step.index, positions)
+        conf = uniform(seed, REMASK_STREAM, step.index, positions.to(lg.device))
     keep = torch.sort(conf, descending=True, stable=True).indices[: step.count].sort().values
-    return Decision(tuple(positions[keep].tolist()), tuple(x0[keep].tolist()))
+    keep = keep.cpu()  # the canvas and positions live on the CPU; logits may not
+    return Decision(tuple(positions[keep].tolist()), tuple(x0.cpu()[keep].tolist()))
 
 
 def apply(canvas, d: Decision):
