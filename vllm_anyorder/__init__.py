@@ -24,4 +24,7 @@ def register() -> None:
     from vllm_anyorder import patches
 
     patches.apply_front_end_patches()
+    from vllm_anyorder.model_executor import asarm_engine
+
+    asarm_engine.register()  # AS-ARM (anyorder_llama) model class, config, engine settings
     _REGISTERED = True

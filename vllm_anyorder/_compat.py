@@ -43,3 +43,39 @@ def vllm_version() -> tuple[int, ...]:
         except PackageNotFoundError:
             continue
     return ()
+
+
+# --- AS-ARM model and ``assd`` (CPU attention op, forward context, sampling helpers) ---
+
+def cpu_attention_module() -> ModuleType:
+    """``vllm.v1.attention.backends.cpu_attn`` (CPUAttentionBackend / MetadataBuilder)."""
+    return _module("vllm.v1.attention.backends.cpu_attn")
+
+
+def common_attention_metadata_cls():
+    """``CommonAttentionMetadata``: the per-batch input of every metadata builder."""
+    return _module("vllm.v1.attention.backend").CommonAttentionMetadata
+
+
+def forward_context():
+    """The current ``ForwardContext`` (per-layer attention metadata of this forward)."""
+    return _module("vllm.forward_context").get_forward_context()
+
+
+def set_forward_context(*args, **kwargs):
+    """``vllm.forward_context.set_forward_context`` (a context manager)."""
+    return _module("vllm.forward_context").set_forward_context(*args, **kwargs)
+
+
+def apply_top_k_top_p(logits, k, p):
+    """vLLM's own top-k / top-p masking (what the rejection sampler applies to targets)."""
+    return _module("vllm.v1.sample.ops.topk_topp_sampler").apply_top_k_top_p(logits, k, p)
+
+
+def models_config_map() -> dict:
+    """``MODELS_CONFIG_MAP``: per-architecture hooks run when the engine config is built."""
+    return _module("vllm.model_executor.models.config").MODELS_CONFIG_MAP
+
+
+def verify_and_update_config_cls():
+    return _module("vllm.model_executor.models.config").VerifyAndUpdateConfig

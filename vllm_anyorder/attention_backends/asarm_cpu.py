@@ -1,0 +1,131 @@
+"""Two-stream (AS-ARM) attention on vLLM's stock CPU attention op, over the paged KV cache.
+
+What an any-subset AR model (``model_executor/asarm_vllm.py``) needs from attention, and how
+the stock ``cpu_attention_with_kv_cache`` op gives it (checked against a dense reference in
+``tests/e2e/test_asarm_model.py``):
+
+* **Prompt bidirectional, generated tokens causal.** Every visible (prompt) token attends to
+  the whole prompt; a generated token attends to the prompt and to the tokens generated before
+  it (Guo & Ermon, Eq. 4/6). :class:`AsArmCPUBackend` builds per-request causal flags: a
+  request whose scheduled tokens start at position 0 is a whole-prompt prefill (vLLM
+  prefills an AS-ARM prompt in one step: the model disables chunked prefill and prefix
+  caching) and runs bidirectionally; every other request (decode, verification) is causal.
+* **The query stream reads, never writes.** A query row carries no token: its K/V are never
+  written (the op is called without the cache update), and it attends to the content K/V
+  that the same layer has just written. With the forward's own metadata, query row j sees
+  what content row j sees (vLLM's target forward); with :func:`prefix_metadata` (causal off,
+  ``seq_len`` = the decoded prefix), every query row sees exactly the decoded prefix (drafting).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from vllm_anyorder import _compat
+
+_cpu = _compat.cpu_attention_module()
+
+
+class AsArmCPUMetadataBuilder(_cpu.CPUAttentionMetadataBuilder):
+    """CPU metadata whose causal flag is per request: off for whole-prompt prefills."""
+
+    def build(self, common_prefix_len: int, common_attn_metadata: Any, fast_build: bool = False):
+        cm = common_attn_metadata
+        if cm.causal is True:  # the runner's default; explicit metadata is left alone
+            qsl = cm.query_start_loc_cpu[: cm.num_reqs + 1]
+            query_lens = (qsl[1:] - qsl[:-1]).to(cm.seq_lens.device)
+            seq_lens = cm.seq_lens[: cm.num_reqs]
+            whole_prompt = (seq_lens == query_lens) & (query_lens > 0)  # [num_reqs]
+            if bool(whole_prompt.all()):
+                cm = replace(cm, causal=False)
+            elif bool(whole_prompt.any()):
+                cm = replace(cm, causal=(~whole_prompt).to(torch.int32))
+        return super().build(common_prefix_len, cm, fast_build)
+
+
+class AsArmCPUBackend(_cpu.CPUAttentionBackend):
+    """vLLM's CPU attention with :class:`AsArmCPUMetadataBuilder` (per-layer backend of the
+    AS-ARM model; the platform's own selection is not touched)."""
+
+    @staticmethod
+    def get_builder_cls():
+        return AsArmCPUMetadataBuilder
+
+
+def query_attention(attn: Any, query: torch.Tensor, metadata: Any = None) -> torch.Tensor:
+    """Attention of query-stream rows over the paged cache of layer ``attn``, no KV write.
+
+    ``query`` [R, heads * head_dim] (rotary applied). ``metadata`` None uses the current
+    forward's metadata of this layer (row j sees what content row j saw)."""
+    if metadata is None:
+        metadata = _layer_metadata(attn.layer_name)
+    out = torch.empty(query.shape[0], attn.num_heads * attn.head_size_v, dtype=query.dtype,
+                      device=query.device)
+    if metadata is None:  # profiling / warm-up run: vLLM's own layers return garbage too
+        return out.zero_()
+    q = query.reshape(-1, attn.num_heads, attn.head_size)
+    attn.impl.forward(attn, q, None, None, attn.kv_cache, metadata,
+                      output=out.view(-1, attn.num_heads, attn.head_size_v))
+    return out
+
+
+def content_attention(attn: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      metadata: Any, slot_mapping: torch.Tensor) -> torch.Tensor:
+    """Content rows outside vLLM's forward: write their K/V at ``slot_mapping``, then attend
+    with ``metadata`` (the same op vLLM's ``Attention.forward`` runs)."""
+    k = k.reshape(-1, attn.num_kv_heads, attn.head_size)
+    v = v.reshape(-1, attn.num_kv_heads, attn.head_size_v)
+    attn.impl.do_kv_cache_update(attn, k, v, attn.kv_cache, slot_mapping)
+    out = torch.empty(q.shape[0], attn.num_heads * attn.head_size_v, dtype=q.dtype,
+                      device=q.device)
+    attn.impl.forward(attn, q.reshape(-1, attn.num_heads, attn.head_size), k, v,
+                      attn.kv_cache, metadata,
+                      output=out.view(-1, attn.num_heads, attn.head_size_v))
+    return out
+
+
+def _layer_metadata(layer_name: str) -> Any:
+    raw = _compat.forward_context().attn_metadata
+    if isinstance(raw, dict):
+        return raw.get(layer_name)
+    if isinstance(raw, list):
+        return raw[0].get(layer_name) if raw else None
+    return raw
+
+
+def build_metadata(builder: Any, query_lens: list[int], seq_lens: list[int],
+                   block_table: torch.Tensor, slot_mapping: torch.Tensor,
+                   causal: bool) -> Any:
+    """Backend metadata for rows laid out request by request (``query_lens[i]`` rows of
+    request i, whose sequence is ``seq_lens[i]`` long counting those rows when they are
+    content rows, or the prefix they read when they are query rows)."""
+    device = block_table.device
+    qsl = torch.zeros(len(query_lens) + 1, dtype=torch.int32)
+    qsl[1:] = torch.cumsum(torch.tensor(query_lens, dtype=torch.int32), 0)
+    seq = torch.tensor(seq_lens, dtype=torch.int32)
+    cm = _compat.common_attention_metadata_cls()(
+        query_start_loc=qsl.to(device),
+        query_start_loc_cpu=qsl,
+        seq_lens=seq.to(device),
+        num_reqs=len(query_lens),
+        num_actual_tokens=int(qsl[-1]),
+        max_query_len=max(query_lens),
+        max_seq_len=max(seq_lens),
+        block_table_tensor=block_table,
+        slot_mapping=slot_mapping,
+        causal=causal,
+    )
+    return builder.build(0, cm)
+
+
+def prefix_metadata(builder: Any, num_queries: list[int], prefix_lens: list[int],
+                    block_table: torch.Tensor) -> Any:
+    """Metadata for query rows that each see exactly the first ``prefix_lens[i]`` cached
+    tokens of request i (causal off: every row attends to the whole prefix; the rows
+    themselves are never in the cache)."""
+    total = sum(num_queries)
+    slots = torch.full((total,), -1, dtype=torch.int64, device=block_table.device)
+    return build_metadata(builder, num_queries, prefix_lens, block_table, slots, causal=False)

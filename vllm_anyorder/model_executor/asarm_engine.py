@@ -1,0 +1,74 @@
+"""Registration and engine settings of the AS-ARM model class (``anyorder_llama``).
+
+``register()`` (called from the plugin's ``register()`` in every vLLM process) makes vLLM
+load ``anyorder_llama`` checkpoints: transformers' ``AutoConfig`` learns the model type, the
+architecture maps lazily to ``asarm_vllm:AnySubsetLlamaForCausalLM``, and vLLM's
+per-architecture config hook table gets :class:`AsArmEngineConfig`, which runs in the
+front-end process while the engine config is built (before any engine process starts).
+
+Kept light: importing this module imports neither torch nor vLLM.
+"""
+
+from __future__ import annotations
+
+import logging
+
+logger = logging.getLogger("vllm_anyorder")
+
+ARCHITECTURES = ("AnySubsetLlamaForCausalLM",)  # == model_executor.asarm.ARCHITECTURE
+MODEL_CLASS = "vllm_anyorder.model_executor.asarm_vllm:AnySubsetLlamaForCausalLM"
+
+
+class AsArmEngineConfig:
+    """Engine settings an AS-ARM needs (vLLM's ``MODELS_CONFIG_MAP`` hook protocol).
+
+    The prompt is attended bidirectionally, so it must be prefilled in one step (chunked
+    prefill off) and its KV cannot be shared with another prompt (prefix caching off): a
+    prompt block's K/V depend on every prompt token, also the later ones."""
+
+    @staticmethod
+    def verify_and_update_model_config(model_config) -> None:
+        return
+
+    @staticmethod
+    def verify_and_update_config(vllm_config) -> None:
+        from vllm.platforms import current_platform
+
+        if not current_platform.is_cpu():
+            raise ValueError(
+                "AnySubsetLlamaForCausalLM (anyorder_llama) runs on vLLM's CPU attention "
+                "backend only in this version of vllm-anyorder")
+        cache, sched = vllm_config.cache_config, vllm_config.scheduler_config
+        max_len = vllm_config.model_config.max_model_len
+        if sched.max_num_batched_tokens < max_len:
+            raise ValueError(
+                f"an AS-ARM prompt is attended bidirectionally and must be prefilled in one "
+                f"step: max_num_batched_tokens ({sched.max_num_batched_tokens}) must be >= "
+                f"max_model_len ({max_len}); raise it or lower max_model_len")
+        if cache.enable_prefix_caching or sched.enable_chunked_prefill:
+            logger.info("vllm_anyorder: AS-ARM model: prefix caching and chunked prefill "
+                        "disabled (the prompt is attended bidirectionally)")
+        cache.enable_prefix_caching = False
+        sched.enable_chunked_prefill = False
+
+
+def register() -> None:
+    """Make vLLM (and transformers' AutoConfig) load ``anyorder_llama`` checkpoints."""
+    from vllm import ModelRegistry
+
+    from vllm_anyorder import _compat
+    from vllm_anyorder.model_executor import asarm_hf_config
+
+    asarm_hf_config.register()
+    hooks = _compat.models_config_map()
+    for arch in ARCHITECTURES:
+        if arch not in ModelRegistry.get_supported_archs():
+            ModelRegistry.register_model(arch, MODEL_CLASS)
+        hooks.setdefault(arch, AsArmEngineConfig)
+
+
+def is_asarm(hf_config) -> bool:
+    """Whether a Hugging Face config describes an AS-ARM checkpoint vLLM can serve."""
+    archs = set(getattr(hf_config, "architectures", None) or [])
+    return bool(archs & set(ARCHITECTURES)) or \
+        getattr(hf_config, "model_type", None) == "anyorder_llama"
