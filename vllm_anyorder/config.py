@@ -176,3 +176,47 @@ def load(additional_config: Mapping[str, Any] | None, method: str, **fallback: A
         return parse(method, opts)
     derived = {k: v for k, v in fallback.items() if k not in opts}
     return parse(method, opts, **derived)
+
+
+ASSD_DRAFTERS = ("self", "ngram")  # == vllm_anyorder.core.assd.DRAFTERS (kept torch-free)
+
+
+@dataclass(frozen=True)
+class AssdConfig:
+    """Options of ``method="assd"`` (Any-Subset Speculative Decoding, Guo & Ermon, Sec. 5).
+
+    ``k`` comes from ``num_speculative_tokens``: drafts per round. ``drafter`` ``self`` is
+    Algorithm 1 (one forward of the AS-ARM's query stream drafts k positions at once, each
+    given the decoded prefix), ``ngram`` Algorithm 2 (context-bigram counts, no forward).
+    ``seed`` seeds draft sampling of unseeded requests (identical on every TP rank).
+
+    With ``self`` a round is two forwards (draft, verify) that commit at least two tokens
+    (Lemma 1: the first draft is always accepted) plus up to k - 1 more; at k = 1 a round
+    commits exactly two tokens, i.e. no fewer forwards than sequential decoding, so k = 1 is
+    refused (the paper, Sec. 5 / App. E: "always set k > 2"; vLLM's bonus token lets k = 2
+    commit up to three tokens per round, which start-up accepts with a warning).
+    """
+
+    FROM_SPEC: ClassVar[dict[str, str]] = {"num_speculative_tokens": "k"}
+
+    k: int = 5
+    drafter: str = "self"
+    seed: int = 0
+
+    def validate(self) -> None:
+        _check_range("k (num_speculative_tokens)", self.k, 1, MAX_SPEC_LEN)
+        _check_choice("assd.drafter", self.drafter, ASSD_DRAFTERS)
+        _check_range("assd.seed", self.seed, 0, 2**31 - 1)
+        if self.drafter == "self" and self.k < 2:
+            raise AnyOrderConfigError(
+                "assd with the self drafter needs num_speculative_tokens >= 2: each round "
+                "is a drafting forward plus a verifying forward, and with k = 1 it commits "
+                "exactly 2 tokens (the exact first draft + 1), no fewer forwards than "
+                "sequential decoding (Guo & Ermon, Sec. 5: set k > 2)")
+
+    @property
+    def chain_length(self) -> int:
+        return self.k
+
+
+CONFIG_CLASSES["assd"] = AssdConfig

@@ -38,6 +38,13 @@ METHODS: dict[str, MethodSpec] = {
             paper="SpecDiff (Christopher et al.), Sec. 4.1 / Algorithm 1",
             startup_check="vllm_anyorder.drafter_checks.check_specdiff_drafter",
         ),
+        MethodSpec(
+            name="assd",
+            proposer="vllm_anyorder.proposers.assd.AssdProposer",
+            target_family="autoregressive",  # left to right in vLLM; must also be an AS-ARM
+            paper="ASSD (Guo & Ermon), Sec. 5, Algorithm 1 / App. E.4 Algorithm 2",
+            startup_check="vllm_anyorder.model_executor.asarm_engine.check_assd_target",
+        ),
     )
 }
 

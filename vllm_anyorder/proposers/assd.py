@@ -1,0 +1,226 @@
+"""``method="assd"``: an any-subset AR model (AS-ARM) drafts for itself, exactly.
+
+Adapter for Any-Subset Speculative Decoding (Guo & Ermon, Sec. 5, Algorithm 1; App. E.4
+Algorithm 2) on vLLM's left-to-right engine; the engine-free rule is ``core/assd.py``.
+
+One round per request, n tokens decoded (the last one sampled but not yet in the cache):
+
+1. draft (``propose``, after vLLM's bookkeeping). ``self``: ONE forward of the AS-ARM
+   (``AnySubsetLlamaForCausalLM.query_logits``) writes the last token's content K/V and runs
+   k query rows at positions n..n+k-1, each attending to the decoded prefix only; each draft
+   is sampled independently from q_i = the request's sampling transform (temperature, top-k,
+   top-p, as vLLM applies to targets) of its logits. ``ngram``: q_i from context-bigram
+   counts of the decoded tokens (Alg. 2), no forward.
+2. verify (vLLM's next step): the target forward over [x_{n-1}, d_1..d_k]; the query row of
+   d_{i-1} gives p_i = p(x_{n+i-1} | prefix, d_<i). vLLM's rejection sampler gets q through
+   the ``draft_probs`` patch: accept d_i with min(1, p_i/q_i), else sample (p_i - q_i)+; the
+   bonus token comes from the last row. Exact because each d_i was drawn from exactly q_i
+   (independent of d_<i and of the verifier's randomness).
+3. Lemma 1: q_1 and p_1 are the same conditional (prefix only), so d_1 is accepted (up to
+   float rounding) and a drafting round (2 forwards) commits >= 2 tokens: with drafts only
+   when at least 2 tokens remain, a request never takes more forwards than tokens.
+
+Per-request state: bigram counts (``ngram``) and diagnostics, keyed by request id, dropped
+when the request leaves the input batch.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from vllm_anyorder import _compat, config, patches
+from vllm_anyorder.core.assd import BigramDrafter
+from vllm_anyorder.proposers.base import AnyOrderProposer
+
+
+@dataclass
+class _Plan:
+    row: int  # input-batch row
+    req_id: str
+    n: int  # decoded tokens (the last one not in the KV cache yet)
+    budget: int  # drafts this round
+
+
+class AssdProposer(AnyOrderProposer):
+    method = "assd"
+
+    def __init__(self, vllm_config: Any) -> None:
+        super().__init__(vllm_config)
+        patches.apply_draft_probs_handover()
+        self.cfg = config.load(vllm_config.additional_config, "assd", k=self.max_chain)
+        self.k = min(self.cfg.k, self.max_chain)
+        self.vocab_size = int(vllm_config.model_config.get_vocab_size())
+        # same seed on every TP rank: unseeded requests draw identical drafts everywhere
+        self._generator = torch.Generator().manual_seed(self.cfg.seed)
+        self._bigrams: dict[str, tuple[BigramDrafter, int]] = {}
+        self._handed: tuple[list[str], torch.Tensor] | None = None
+        # diagnostics: per live request [forwards it took part in, tokens committed];
+        # finished requests' totals (bounded); optional trace of self-drafting forwards
+        self.live: dict[str, list[int]] = {}
+        self.finished: deque[tuple[str, int, int]] = deque(maxlen=4096)
+        self.query_forwards = 0
+        self.trace: list[dict] | None = None
+
+    def load_model(self, target_model: Any) -> None:
+        super().load_model(target_model)
+        if self.cfg.drafter == "self" and not callable(getattr(target_model, "query_logits", None)):
+            raise TypeError(
+                f"assd drafter 'self' needs the AS-ARM model class (query_logits); the "
+                f"engine loaded {type(target_model).__name__}")
+
+    def take_draft_probs(self):
+        """(req_ids, probs [R, k, V] float32) of the last ``propose`` (draft_probs patch)."""
+        handed, self._handed = self._handed, None
+        return handed
+
+    # ------------------------------------------------------------------ propose
+    def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu,
+                slot_mappings=None) -> list[list[int]]:
+        self._handed = None
+        req_ids = self.batch_req_ids()
+        runner = self._runner
+        chains: list[list[int]] = [[] for _ in sampled_token_ids]
+        if runner is None or len(req_ids) != len(sampled_token_ids):
+            return chains
+        plans = []
+        for row, committed in enumerate(sampled_token_ids):
+            req_id, n = req_ids[row], int(num_tokens_no_spec[row])
+            if committed:  # this request took part in the step's target forward
+                stats = self.live.setdefault(req_id, [0, 0])
+                stats[0] += 1
+                stats[1] += len(committed)
+            budget = self._budget(runner, req_id, committed, n)
+            if budget > 0:
+                plans.append(_Plan(row, req_id, n, budget))
+        self._release(set(req_ids))
+        if plans:
+            if self.cfg.drafter == "self":
+                plans, drafts, q = self._draft_self(runner, plans, token_ids_cpu)
+            else:
+                drafts, q = self._draft_ngram(runner, plans, token_ids_cpu)
+            if plans:
+                probs = torch.zeros(len(plans), self.k, q.shape[-1], dtype=torch.float32)
+                start = 0
+                for j, plan in enumerate(plans):
+                    end = start + plan.budget
+                    chains[plan.row] = drafts[start:end].tolist()
+                    probs[j, : plan.budget] = q[start:end]
+                    start = end
+                self._handed = ([p.req_id for p in plans], probs)
+        return chains
+
+    def _budget(self, runner: Any, req_id: str, committed: list[int], n: int) -> int:
+        """Drafts for this request: at most k, inside max_model_len, and only while at least
+        two tokens remain (one remaining token is a plain decoding step: 1 forward, 1 token)."""
+        state = runner.requests.get(req_id)
+        sp = getattr(state, "sampling_params", None)
+        if not committed or sp is None:
+            return 0
+        out_len = n - int(state.num_prompt_tokens)
+        if committed[-1] in sp.all_stop_token_ids and out_len >= (sp.min_tokens or 0):
+            return 0  # the request is finishing: do not spend a drafting forward
+        remaining = sp.max_tokens - out_len if sp.max_tokens is not None else 1 << 30
+        room = self.max_model_len - n - 1
+        return max(0, min(self.k, room, remaining - 1))
+
+    def _release(self, live: set[str]) -> None:
+        for req_id in [r for r in self.live if r not in live]:
+            forwards, tokens = self.live.pop(req_id)
+            self.finished.append((req_id, forwards, tokens))
+        for req_id in [r for r in self._bigrams if r not in live]:
+            del self._bigrams[req_id]
+
+    # ------------------------------------------------------------------ drafters
+    @torch.inference_mode()
+    def _draft_self(self, runner: Any, plans: list[_Plan], token_ids_cpu):
+        """Alg. 1 lines 5-8 for every planned request in one forward."""
+        from vllm_anyorder.attention_backends.asarm_cpu import build_metadata, prefix_metadata
+        from vllm_anyorder.model_executor.asarm_vllm import QueryPlan
+
+        table = runner.input_batch.block_table[0]
+        bs = int(table.block_size)
+        blocks = table.get_cpu_tensor()
+        # the last decoded token's K/V go to its own slot: it must be allocated already
+        plans = [p for p in plans if int(table.num_blocks_per_row[p.row]) * bs > p.n - 1]
+        if not plans:
+            return plans, None, None
+        rows = torch.tensor([p.row for p in plans])
+        last = torch.tensor([p.n - 1 for p in plans], dtype=torch.int64)
+        tokens = torch.tensor([int(token_ids_cpu[p.row, p.n - 1]) for p in plans])
+        slots = (blocks[rows, last // bs].to(torch.int64) * bs + last % bs)
+        query_pos = torch.cat([torch.arange(p.n, p.n + p.budget) for p in plans])
+        device = next(self.target.parameters()).device
+        block_rows = blocks[rows].to(device)
+        builder = runner.attn_groups[0][0].get_metadata_builder()
+        seq_lens = [p.n for p in plans]
+        plan = QueryPlan(
+            content=build_metadata(builder, [1] * len(plans), seq_lens, block_rows,
+                                   slots.to(device), causal=True),
+            slots=slots.to(device),
+            queries=prefix_metadata(builder, [p.budget for p in plans], seq_lens, block_rows),
+        )
+        logits = self.target.query_logits(tokens.to(device), last.to(device),
+                                          query_pos.to(device), plan, self.vllm_config)
+        logits = logits.float().cpu()  # [sum budgets, V]
+        self.query_forwards += 1
+        for p in plans:
+            self.live.setdefault(p.req_id, [0, 0])[0] += 1
+        drafts, q = self._sample_drafts(runner, plans, logits)
+        if self.trace is not None:
+            start = 0
+            for p in plans:
+                self.trace.append({"req_id": p.req_id,
+                                   "prefix": token_ids_cpu[p.row, : p.n].tolist(),
+                                   "logits": logits[start: start + p.budget].clone(),
+                                   "drafts": drafts[start: start + p.budget].tolist()})
+                start += p.budget
+        return plans, drafts, q
+
+    def _sample_drafts(self, runner: Any, plans: list[_Plan], logits: torch.Tensor):
+        """Each draft independently from q = the request's sampling transform of its logits
+        (the transform vLLM's rejection sampler applies to the target): the argmax for
+        greedy requests (q one-hot), else temperature, top-k, top-p, softmax."""
+        md = runner.input_batch.sampling_metadata
+        counts = torch.tensor([p.budget for p in plans])
+        rows = torch.tensor([p.row for p in plans]).repeat_interleave(counts)  # per draft
+        greedy_q = torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+        if md.all_greedy or md.temperature is None:
+            return logits.argmax(-1), greedy_q
+        temp = md.temperature.cpu()[rows].float()
+        greedy = temp == 0  # vLLM's GREEDY_TEMPERATURE
+        z = logits / torch.where(greedy, torch.ones_like(temp), temp)[:, None]
+        top_k = md.top_k.cpu()[rows] if md.top_k is not None else None
+        top_p = md.top_p.cpu()[rows] if md.top_p is not None else None
+        z = _compat.apply_top_k_top_p(z, top_k, top_p)
+        q = torch.softmax(z, dim=-1)
+        noise = torch.empty_like(q)
+        start = 0
+        for p in plans:  # a seeded request draws from its own generator (reproducible)
+            gen = md.generators.get(p.row, self._generator)
+            noise[start: start + p.budget].exponential_(generator=gen)
+            start += p.budget
+        drafts = (q / noise).argmax(-1)  # exponential race == one draw from q
+        drafts = torch.where(greedy, logits.argmax(-1), drafts)
+        q = torch.where(greedy[:, None], greedy_q, q)
+        return drafts, q
+
+    def _draft_ngram(self, runner: Any, plans: list[_Plan], token_ids_cpu):
+        """Alg. 2: drafts from context-bigram counts (each conditioned on its left
+        neighbour, decoded or drafted), q = the counts' distribution (one-hot if greedy)."""
+        md = runner.input_batch.sampling_metadata
+        all_drafts, all_q = [], []
+        for p in plans:
+            drafter, seen = self._bigrams.get(p.req_id) or (BigramDrafter(self.vocab_size, {}), 0)
+            for pos in range(seen, p.n):
+                drafter.observe(pos, int(token_ids_cpu[p.row, pos]))
+            self._bigrams[p.req_id] = (drafter, p.n)
+            greedy = md.all_greedy or md.temperature is None or float(md.temperature[p.row]) == 0
+            gen = md.generators.get(p.row, self._generator)
+            tokens, q = drafter.draft(range(p.n, p.n + p.budget), greedy, gen)
+            all_drafts.append(tokens)
+            all_q.append(q.float())
+        return torch.cat(all_drafts), torch.cat(all_q)
