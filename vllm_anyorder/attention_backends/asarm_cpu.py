@@ -19,6 +19,7 @@ the stock ``cpu_attention_with_kv_cache`` op gives it (checked against a dense r
 
 from __future__ import annotations
 
+import contextvars
 from dataclasses import replace
 from typing import Any
 
@@ -29,21 +30,67 @@ from vllm_anyorder import _compat
 _cpu = _compat.cpu_attention_module()
 
 
+# Prompt lengths of the runner's input batch (row order), set around metadata building by
+# the ``asarm_prompt_lengths`` patch; None outside it (e.g. the proposer's own metadata).
+PROMPT_LENS: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar(
+    "anyorder_asarm_prompt_lens", default=None)
+
+
 class AsArmCPUMetadataBuilder(_cpu.CPUAttentionMetadataBuilder):
-    """CPU metadata whose causal flag is per request: off for whole-prompt prefills."""
+    """CPU metadata whose mask follows the AS-ARM rule per request and per row: prompt rows
+    attend to the whole prompt, every later row (generated, drafted, or vLLM's -1
+    placeholders after a 1-token prompt) causally."""
 
     def build(self, common_prefix_len: int, common_attn_metadata: Any, fast_build: bool = False):
         cm = common_attn_metadata
         if cm.causal is True:  # the runner's default; explicit metadata is left alone
-            qsl = cm.query_start_loc_cpu[: cm.num_reqs + 1]
-            query_lens = (qsl[1:] - qsl[:-1]).to(cm.seq_lens.device)
-            seq_lens = cm.seq_lens[: cm.num_reqs]
-            whole_prompt = (seq_lens == query_lens) & (query_lens > 0)  # [num_reqs]
-            if bool(whole_prompt.all()):
-                cm = replace(cm, causal=False)
-            elif bool(whole_prompt.any()):
-                cm = replace(cm, causal=(~whole_prompt).to(torch.int32))
+            cm = _prompt_bidirectional(cm, PROMPT_LENS.get())
         return super().build(common_prefix_len, cm, fast_build)
+
+
+def _prompt_bidirectional(cm: Any, prompt_lens: torch.Tensor | None) -> Any:
+    """Per-request causal flags, splitting a request whose rows straddle the prompt end into
+    a bidirectional prompt part (keys = the prompt) and a causal rest (same block row)."""
+    num_reqs = cm.num_reqs
+    qsl = cm.query_start_loc_cpu[: num_reqs + 1].to(torch.int64)
+    query_lens = (qsl[1:] - qsl[:-1]).tolist()
+    seq_lens = cm.seq_lens[:num_reqs].cpu().to(torch.int64).tolist()
+    if prompt_lens is None:  # no prompt lengths: a request starting at 0 is a whole prompt
+        prompts = [s if s == q else 0 for q, s in zip(query_lens, seq_lens)]
+    else:
+        prompts = prompt_lens[:num_reqs].to(torch.int64).tolist()
+    groups: list[tuple[int, int, int, int]] = []  # (request, rows, seq_len, causal)
+    for i, (q, s, p) in enumerate(zip(query_lens, seq_lens, prompts)):
+        ctx = s - q
+        if q == 0 or ctx >= p:
+            groups.append((i, q, s, 1))
+        elif s <= p:  # only prompt rows
+            groups.append((i, q, s, 0))
+        else:  # prompt rows, then generated rows (preemption recompute, vLLM's padding)
+            groups += [(i, p - ctx, p, 0), (i, s - p, s, 1)]
+    flags = torch.tensor([g[3] for g in groups], dtype=torch.int32)
+    if len(groups) == num_reqs:
+        if bool((flags == 1).all()):
+            return cm
+        causal = False if bool((flags == 0).all()) else flags.to(cm.seq_lens.device)
+        return replace(cm, causal=causal)
+    device = cm.seq_lens.device
+    rows = torch.tensor([g[0] for g in groups])
+    new_qsl = torch.zeros(len(groups) + 1, dtype=cm.query_start_loc_cpu.dtype)
+    new_qsl[1:] = torch.cumsum(torch.tensor([g[1] for g in groups]), 0)
+    return replace(
+        cm,
+        query_start_loc=new_qsl.to(device),
+        query_start_loc_cpu=new_qsl,
+        seq_lens=torch.tensor([g[2] for g in groups], dtype=cm.seq_lens.dtype, device=device),
+        num_reqs=len(groups),
+        max_query_len=max(g[1] for g in groups),
+        block_table_tensor=cm.block_table_tensor[rows.to(cm.block_table_tensor.device)],
+        causal=flags.to(device),
+        seq_lens_cpu_upper_bound=None,
+        is_prefilling=None,
+        req_idx=None,
+    )
 
 
 class AsArmCPUBackend(_cpu.CPUAttentionBackend):
@@ -125,7 +172,21 @@ def prefix_metadata(builder: Any, num_queries: list[int], prefix_lens: list[int]
                     block_table: torch.Tensor) -> Any:
     """Metadata for query rows that each see exactly the first ``prefix_lens[i]`` cached
     tokens of request i (causal off: every row attends to the whole prefix; the rows
-    themselves are never in the cache)."""
-    total = sum(num_queries)
-    slots = torch.full((total,), -1, dtype=torch.int64, device=block_table.device)
-    return build_metadata(builder, num_queries, prefix_lens, block_table, slots, causal=False)
+    themselves are never in the cache).
+
+    The CPU op assumes a request has no more query rows than keys (its work split reads
+    wrong keys otherwise: seen with 4 queries over a 2-token prefix), so a request with more
+    queries than prefix tokens is split into several row groups over the same block-table
+    row; rows keep their order."""
+    groups, lens, rows = [], [], []
+    for i, (q, n) in enumerate(zip(num_queries, prefix_lens)):
+        while q > 0:
+            take = min(q, n)
+            groups.append(take)
+            lens.append(n)
+            rows.append(i)
+            q -= take
+    table = block_table[torch.tensor(rows, device=block_table.device)] \
+        if len(rows) != len(num_queries) else block_table
+    slots = torch.full((sum(groups),), -1, dtype=torch.int64, device=block_table.device)
+    return build_metadata(builder, groups, lens, table, slots, causal=False)

@@ -176,6 +176,9 @@ class AnySubsetLlamaForCausalLM(nn.Module):
 
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = "") -> None:
         super().__init__()
+        from vllm_anyorder import patches
+
+        patches.apply_asarm_prompt_lengths()  # the attention builder must see prompt ends
         config = vllm_config.model_config.hf_config
         self.config = config
         self.model = AsArmModel(vllm_config=vllm_config, prefix=maybe_prefix(prefix, "model"))

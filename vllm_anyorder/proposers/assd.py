@@ -63,7 +63,15 @@ class AssdProposer(AnyOrderProposer):
         self.live: dict[str, list[int]] = {}
         self.finished: deque[tuple[str, int, int]] = deque(maxlen=4096)
         self.query_forwards = 0
+        self.rounds = 0  # verification steps that carried drafts, over all requests
+        self.rounds_first_accepted = 0  # ... whose first draft was accepted (Lemma 1)
+        self._verified: dict[str, int] = {}
         self.trace: list[dict] | None = None
+
+    def observe_verification(self, runner: Any, logits: Any, spec_decode_metadata: Any) -> None:
+        super().observe_verification(runner, logits, spec_decode_metadata)
+        counts = [] if spec_decode_metadata is None else spec_decode_metadata.num_draft_tokens
+        self._verified = {r: int(c) for r, c in zip(self.batch_req_ids(), counts) if c}
 
     def load_model(self, target_model: Any) -> None:
         super().load_model(target_model)
@@ -93,10 +101,14 @@ class AssdProposer(AnyOrderProposer):
                 stats = self.live.setdefault(req_id, [0, 0])
                 stats[0] += 1
                 stats[1] += len(committed)
+                if self._verified.get(req_id):
+                    self.rounds += 1
+                    self.rounds_first_accepted += len(committed) >= 2
             budget = self._budget(runner, req_id, committed, n)
             if budget > 0:
                 plans.append(_Plan(row, req_id, n, budget))
         self._release(set(req_ids))
+        self._verified = {}
         if plans:
             if self.cfg.drafter == "self":
                 plans, drafts, q = self._draft_self(runner, plans, token_ids_cpu)
@@ -174,6 +186,7 @@ class AssdProposer(AnyOrderProposer):
             start = 0
             for p in plans:
                 self.trace.append({"req_id": p.req_id,
+                                   "num_prompt": int(runner.requests[p.req_id].num_prompt_tokens),
                                    "prefix": token_ids_cpu[p.row, : p.n].tolist(),
                                    "logits": logits[start: start + p.budget].clone(),
                                    "drafts": drafts[start: start + p.budget].tolist()})

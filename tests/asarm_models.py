@@ -1,0 +1,52 @@
+"""Tiny AS-ARM (``anyorder_llama``) checkpoints for engine tests, and their exact
+left-to-right conditionals from the pure-PyTorch reference (``model_executor/asarm.py``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def build_tiny_asarm(path: Path, *, vocab_size: int = 64, seed: int = 1, std: float = 0.3,
+                     kv_heads: int = 1, tokenizer: bool = True) -> Path:
+    """Random fp32 AS-ARM (hidden 64, 2 layers, 2 heads of 32 (GQA), vocab ``vocab_size``)
+    with the char tokenizer of ``tiny_models``; EOS id 0. Larger ``std`` = peakier."""
+    from tiny_models import write_char_tokenizer
+
+    from vllm_anyorder.model_executor.asarm import AsArmConfig, random_asarm
+
+    path = Path(path)
+    if (path / "config.json").exists():
+        return path
+    cfg = AsArmConfig(vocab_size=vocab_size, hidden_size=64, intermediate_size=128,
+                      num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=kv_heads,
+                      head_dim=32, max_position_embeddings=1024,
+                      extra={"eos_token_id": 0, "pad_token_id": 1, "bos_token_id": None})
+    random_asarm(cfg, seed=seed, std=std).save_pretrained(path)
+    if tokenizer:
+        write_char_tokenizer(path, vocab_size)
+    return path
+
+
+class Conditionals:
+    """Exact p(next | prompt, generated prefix) and the drafting distributions
+    q(x_{n+i} | decoded prefix) of an AS-ARM checkpoint (fp64 log-softmax inputs)."""
+
+    def __init__(self, path) -> None:
+        from vllm_anyorder.model_executor.asarm import load
+
+        self.model = load(path)
+        self._cache: dict = {}
+
+    def logits(self, prompt, generated, query_offsets=(0,)):
+        """[len(query_offsets), V] logits of the positions len(prompt + generated) + offset,
+        each given the prompt (visible) and ``generated`` (in order), nothing else."""
+        import torch
+
+        key = (tuple(prompt), tuple(generated), tuple(query_offsets))
+        if key not in self._cache:
+            seq = list(prompt) + list(generated)
+            order = [0] * len(prompt) + list(range(1, len(generated) + 1))
+            self._cache[key] = self.model.content_and_query(
+                torch.tensor(seq), torch.arange(len(seq)), torch.tensor(order),
+                torch.tensor([len(seq) + o for o in query_offsets])).double()
+        return self._cache[key]
