@@ -65,6 +65,8 @@ class AssdProposer(AnyOrderProposer):
         self.query_forwards = 0
         self.rounds = 0  # verification steps that carried drafts, over all requests
         self.rounds_first_accepted = 0  # ... whose first draft was accepted (Lemma 1)
+        self.drafted_tokens = 0  # drafts verified
+        self.accepted_tokens = 0  # drafts accepted
         self._verified: dict[str, int] = {}
         self.trace: list[dict] | None = None
 
@@ -104,6 +106,8 @@ class AssdProposer(AnyOrderProposer):
                 if self._verified.get(req_id):
                     self.rounds += 1
                     self.rounds_first_accepted += len(committed) >= 2
+                    self.drafted_tokens += self._verified[req_id]
+                    self.accepted_tokens += len(committed) - 1
             budget = self._budget(runner, req_id, committed, n)
             if budget > 0:
                 plans.append(_Plan(row, req_id, n, budget))
