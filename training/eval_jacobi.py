@@ -157,10 +157,18 @@ def evaluate_model(path: Path, prompts: list[list[int]], args) -> dict:
         res["lossless"][name] = bool(ok)
         res["seconds"][name] = round(time.time() - t0, 1)
     res["tpf"] = {k: res["tokens"][k] / res["forwards"][k] for k in res["forwards"]}
+    res["distinct_4grams"] = distinct_ngrams(res["greedy"], 4)
     log = path / "training_log.json"
     if log.exists():
         res["val_loss"] = json.loads(log.read_text()).get("final_val_loss")
     return res
+
+
+def distinct_ngrams(outs: list[list[int]], k: int) -> float:
+    """Distinct k-grams / k-grams of the greedy outputs, averaged over prompts (low values
+    mean looping text, which n-gram recycling drafts well)."""
+    vals = [len(set(zip(*(o[i:] for i in range(k))))) / max(1, len(o) - k + 1) for o in outs]
+    return sum(vals) / len(vals)
 
 
 def agreement(a: list[list[int]], b: list[list[int]]) -> dict:
@@ -188,7 +196,8 @@ def card_section(r: dict) -> str:
             flag = "" if x["lossless"][k] else " (NOT equal to greedy)"
             cells.append(f"{x['tpf'][k]:.3f} ({x['forwards'][k]}){flag}")
         rows.append(f"| {k} | " + " | ".join(cells) + " |")
-    vl = " | ".join(f"{m}: {r['models'][m]['val_loss']:.4f}" for m in names
+    rep = ", ".join(f"{m}: {r['models'][m]['distinct_4grams']:.2f}" for m in names)
+    vl = ", ".join(f"{m}: {r['models'][m]['val_loss']:.4f}" for m in names
                     if r["models"][m].get("val_loss") is not None)
     ag = r.get("agreement")
     agree = (f"\nGreedy outputs of the two models: {ag['identical']}/{r['prompts']} identical, mean "
@@ -207,6 +216,9 @@ its own model's greedy output unless marked.
 
 {chr(10).join(rows)}
 {agree}
+Distinct 4-grams / 4-grams of the greedy outputs (low = looping text, which the n-gram pools
+of `pool_first` draft well): {rep}.
+
 Validation loss (nats/token, from each model's training_log.json): {vl}.
 {END}
 """

@@ -32,6 +32,8 @@ One training sequence per context (App. B, Fig. 1b):
   outputs; here the quality that matters is the validation NLL of real text, so the AR
   term is taken on real text. The clean blocks get no direct loss.)
 * total: ``L = L_pc + --ar-weight * L_AR``.
+* ``--teacher frozen`` (not the paper) takes the teacher from a frozen copy of the base
+  model instead (an extra forward over ``x + y*``); kept as an option for comparison.
 
 Not implemented: the second round on trajectories regenerated from the distilled model
 with larger blocks ("Progressive Distillation for Larger Block Sizes"), EOS handling
@@ -87,14 +89,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     a("--batch-size", type=int, default=8, help="packed trajectory sequences per step")
     a("--ar-batch", type=int, default=4, help="real-text windows per step for L_AR")
     a("--seq-len", type=int, default=256, help="length of the real-text windows")
-    a("--ar-weight", type=float, default=1.0, help="w of Eq. 9")
+    a("--ar-weight", type=float, default=6.0, help="w of Eq. 9")
     a("--teacher", choices=("self", "frozen"), default="self",
       help="self: the trained model's clean-context logits, detached (Eq. 8, theta- = "
            "stopgrad(theta)); frozen: the base model's (a fixed copy)")
     a("--val-contexts", type=int, default=32, help="trajectory contexts held out")
-    a("--lr", type=float, default=3e-4)
+    a("--lr", type=float, default=1e-3)
     a("--min-lr-ratio", type=float, default=0.1)
-    a("--warmup", type=int, default=50)
+    a("--warmup", type=int, default=100)
     a("--weight-decay", type=float, default=0.1)
     a("--grad-clip", type=float, default=1.0)
     a("--minutes", type=float, default=None)
@@ -106,8 +108,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     a("--threads", type=int, default=1)
     a("--no-bf16", action="store_true")
     a("--resume", action="store_true")
+    a("--card-only", action="store_true",
+      help="rewrite MODEL_CARD.md of --out from its training_log.json (no training)")
     args = ap.parse_args(argv)
-    if args.minutes is None and args.max_steps is None:
+    if args.minutes is None and args.max_steps is None and not args.card_only:
         ap.error("give --minutes and/or --max-steps")
     args.ckpt_dir = args.ckpt_dir or REPO_ROOT / "training" / "checkpoints" / args.out.name
     args.tokenizer = args.base
@@ -330,6 +334,8 @@ def card_text(args, state: dict) -> tuple[str, str, str]:
              f"iterations. It is a different model from ar-target (its greedy\noutput differs); "
              f"Jacobi decoding is lossless with respect to *this* model's greedy output.")
     base = state["base_val_loss"]
+    teacher = ("the same forward's logits at the clean twin (stop-gradient, theta- of Eq. 8)"
+               if args.teacher == "self" else "the frozen base model on the clean text")
     training = f"""Starts from `{_rel(args.base)}` (validation loss {base:.4f} nats/token, same evaluation).
 
 Trajectories (`training/jacobi_trajectories.py`): {ti['contexts']} train-split contexts of
@@ -347,8 +353,8 @@ Objective (Eq. 9) `L = L_pc + {args.ar_weight} * L_AR`:
 - noise-aware causal mask (Fig. 1b): noisy_i sees the prompt, the earlier *noisy* blocks of
   its window, the clean blocks of earlier windows and itself causally; clean blocks see the
   clean text causally (4D boolean attention mask on the HF Llama);
-- L_pc: KL(teacher || student) at every noisy position, teacher = the same forward's logits
-  at the clean twin (stop-gradient), mean over positions (Eq. 8 / n);
+- L_pc: KL(teacher || student) at every noisy position, mean over positions (Eq. 8 / n);
+  teacher = {teacher};
 - L_AR: next-token cross-entropy on real train text (each packed prompt + {args.ar_batch} random
   windows of {args.seq_len} tokens per step), instead of the paper's AR loss on the generated
   fixed points, to keep the validation NLL of real text.
@@ -360,20 +366,30 @@ Not implemented: the second round with trajectories of the distilled model and l
 "tokens seen" below counts the real-text tokens of L_AR (prompts included)."""
     def row(e: dict) -> str:
         train = "-" if math.isnan(e["l_pc"]) else f"{e['l_pc']:.3f}"
+        self_acc = f"{e['val_self_acc']:.3f}" if "val_self_acc" in e else "-"
         return (f"| {e['step']} | {train} | {e['val_l_pc']:.3f} | {e['val_kl_noisy']:.3f} | "
-                f"{e['val_noisy_acc']:.3f} | {e['val_loss']:.3f} |")
+                f"{self_acc} | {e['val_noisy_acc']:.3f} | {e['val_teacher_acc']:.3f} | "
+                f"{'-' if math.isnan(e['val_loss']) else format(e['val_loss'], '.3f')} |")
 
-    rows = "\n".join(row(e) for e in
-                     [{"step": "0 (base)", "l_pc": math.nan, **state["base_eval"]}] + state["evals"])
+    final = [{"step": f"{state['step']} (final, bf16)", "l_pc": state["l_pc"],
+              "val_loss": math.nan, **state["final_consistency"]}] \
+        if "final_consistency" in state else []
+    rows = "\n".join(row(e) for e in [{"step": "0 (base)", "l_pc": math.nan,
+                                        **state["base_eval"]}] + state["evals"] + final)
     fv = state["final_val_loss"]
     extra = f"""
-Consistency on the {args.val_contexts} held-out trajectory contexts (paper schedule, phase 0):
-`val L_pc` = mean KL over all noisy positions, `KL noisy` = mean KL over positions whose
-context contains a wrong token, `acc` = how often the argmax there is the fixed-point token
-(step 0 = the base model; `-` = no training yet).
+"train loss" above is the EMA of `L_pc + {args.ar_weight} * L_AR`.
 
-| step | train L_pc (EMA) | val L_pc | KL noisy | acc | val AR loss (subset) |
-|---|---|---|---|---|---|
+Consistency on the {args.val_contexts} held-out trajectory contexts (base-model trajectories, paper
+schedule, phase 0): `val L_pc` = mean KL over all noisy positions; `KL noisy` = mean KL over
+the positions whose context contains a wrong token; at those positions `self acc` = how often
+the argmax under the noisy context equals the model's own argmax under the clean context
+(what Jacobi decoding needs), `acc vs y*` = how often it equals the base model's fixed point;
+`clean vs y*` = how often the model's clean-context argmax still equals the base model's
+greedy token (its drift away from ar-target's greedy output). Step 0 = the base model.
+
+| step | train L_pc (EMA) | val L_pc | KL noisy | self acc | acc vs y* | clean vs y* | val AR loss (subset) |
+|---|---|---|---|---|---|---|---|
 {rows}
 
 Validation loss, all {state['val_tokens']:,} validation tokens, saved bf16 weights, bf16 autocast:
@@ -383,11 +399,22 @@ Validation loss, all {state['val_tokens']:,} validation tokens, saved bf16 weigh
     return intro, training, extra
 
 
-def save_final(model, args, state: dict) -> None:
+def write_card(model, args, state: dict) -> None:
     from training.model_card import write_model_card
 
+    intro, training, extra = card_text(args, state)
+    args.rope_theta = model.config.rope_parameters["rope_theta"]
+    write_model_card(args, model, state, intro=intro, training=training, extra=extra)
+    eval_json = args.out / "jacobi_eval.json"
+    if eval_json.exists():  # keep the decoding figures of an eval_jacobi run
+        from training.eval_jacobi import update_card
+        update_card(args.out, json.loads(eval_json.read_text()))
+
+
+def save_final(model, args, state: dict) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     model = model.to(torch.bfloat16)
+    model.config.use_cache = True  # turned off for training only
     model.save_pretrained(args.out, safe_serialization=True)
     os.chmod(args.out / "model.safetensors", 0o644)
     config_path = args.out / "config.json"
@@ -399,13 +426,7 @@ def save_final(model, args, state: dict) -> None:
     if not (args.out / "generation_config.json").exists():
         shutil.copy(args.base / "generation_config.json", args.out / "generation_config.json")
     (args.out / "training_log.json").write_text(json.dumps(state, indent=1) + "\n")
-    intro, training, extra = card_text(args, state)
-    args.rope_theta = model.config.rope_parameters["rope_theta"]
-    write_model_card(args, model, state, intro=intro, training=training, extra=extra)
-    eval_json = args.out / "jacobi_eval.json"
-    if eval_json.exists():  # keep the decoding figures of a previous eval_jacobi run
-        from training.eval_jacobi import update_card
-        update_card(args.out, json.loads(eval_json.read_text()))
+    write_card(model, args, state)
 
 
 # ----------------------------------------------------------------------------- main
@@ -416,6 +437,13 @@ def main(argv=None) -> None:
     torch.manual_seed(args.seed)
     bf16 = not args.no_bf16
     from transformers import LlamaForCausalLM
+
+    if args.card_only:
+        state = json.loads((args.out / "training_log.json").read_text())
+        write_card(LlamaForCausalLM.from_pretrained(str(args.out), dtype=torch.float32), args,
+                   state)
+        print(f"rewrote {args.out / 'MODEL_CARD.md'}")
+        return
 
     train_samples, val_samples, traj_info = load_trajectories(args.traj, args.val_contexts)
     n = traj_info["block"]
