@@ -178,7 +178,8 @@ class AnySubsetLlamaForCausalLM(nn.Module):
         super().__init__()
         from vllm_anyorder import patches
 
-        patches.apply_asarm_prompt_lengths()  # the attention builder must see prompt ends
+        if "asarm_prompt_lens" not in patches.disabled():  # (disabling: diagnostics only)
+            patches.apply_asarm_prompt_lengths()  # the attention builder sees prompt ends
         config = vllm_config.model_config.hf_config
         self.config = config
         self.model = AsArmModel(vllm_config=vllm_config, prefix=maybe_prefix(prefix, "model"))
