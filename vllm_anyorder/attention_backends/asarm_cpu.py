@@ -6,10 +6,13 @@ the stock ``cpu_attention_with_kv_cache`` op gives it (checked against a dense r
 
 * **Prompt bidirectional, generated tokens causal.** Every visible (prompt) token attends to
   the whole prompt; a generated token attends to the prompt and to the tokens generated before
-  it (Guo & Ermon, Eq. 4/6). :class:`AsArmCPUBackend` builds per-request causal flags: a
-  request whose scheduled tokens start at position 0 is a whole-prompt prefill (vLLM
-  prefills an AS-ARM prompt in one step: the model disables chunked prefill and prefix
-  caching) and runs bidirectionally; every other request (decode, verification) is causal.
+  it (Guo & Ermon, Eq. 4/6). :class:`AsArmCPUBackend` turns that into the op's per-request
+  causal flags, knowing each request's prompt length (patch ``asarm_prompt_lens``): a
+  whole-prompt prefill runs bidirectionally (vLLM prefills an AS-ARM prompt in one step: the
+  model turns chunked prefill and prefix caching off), decoding and verification causally,
+  and a request whose rows cross the prompt end (a preempted request recomputed as prompt +
+  outputs; vLLM's spec-decode padding of a 1-token prompt to ``[token, -1 x k]``) is split
+  into a bidirectional prompt part and a causal rest over the same block-table row.
 * **The query stream reads, never writes.** A query row carries no token: its K/V are never
   written (the op is called without the cache update), and it attends to the content K/V
   that the same layer has just written. With the forward's own metadata, query row j sees
