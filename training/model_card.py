@@ -208,13 +208,17 @@ the shape the drafter is used on:
   tokens form the suffix; each suffix token is masked with probability t ~ U(1e-3, 1), at least
   one; {args.short_frac:.0%} of these rows are first cut to a random shorter length (keys past
   it excluded), as when a generation has little context yet;
-- {args.full_frac:.0%} of rows: standard MDLM masking of the whole window at rate t.
+- {args.full_frac:.0%} of rows: MDLM masking of the whole window at a low rate
+  t ~ U(1e-3, {args.full_max_rate}): within the short training budget the model is still
+  learning to route neighbouring tokens through attention, and rows whose masks have visible
+  neighbours teach that fastest (see `training/train_mdlm.py` for the ablation).
 
 The loss is the mean over masked tokens. MDLM's ELBO weights each masked token by 1/t; that
 weight is dropped: the drafter is used for its per-position denoising distribution, not as a
 likelihood model, and 1/t puts most of the gradient on the rare low-t rows with one or two
-masks, adding variance without helping drafting at the high mask rates decoding starts from.
-Since `time_conditioning` is false the network does not see t.
+masks, adding variance without helping drafting at the high mask rates decoding starts from
+(a per-row mean, the ELBO weighting's effect in expectation, trained no faster in a
+1000-step ablation). Since `time_conditioning` is false the network does not see t.
 
 ## Training
 
