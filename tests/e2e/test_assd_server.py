@@ -1,0 +1,87 @@
+"""`vllm-anyorder serve` with `assd` on an AS-ARM checkpoint: the OpenAI completions endpoint
+(streaming and not) returns the AS-ARM's greedy continuation (pure-PyTorch reference)."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from e2e.test_server import _free_port
+
+pytestmark = [pytest.mark.e2e, pytest.mark.server]
+
+PROMPT, N = "def f(x): return x", 24
+
+
+@pytest.fixture(scope="module")
+def asarm(tmp_path_factory):
+    from asarm_models import build_tiny_asarm
+
+    return build_tiny_asarm(tmp_path_factory.mktemp("asarm_server"), vocab_size=64)
+
+
+@pytest.fixture(scope="module")
+def server(asarm, tmp_path_factory):
+    port = _free_port()
+    cli = Path(sys.executable).with_name("vllm-anyorder")
+    log = tmp_path_factory.mktemp("assd_server") / "server.log"
+    cmd = [str(cli), "serve", str(asarm), "--host", "127.0.0.1", "--port", str(port),
+           "--speculative-config", json.dumps({"method": "assd", "num_speculative_tokens": 4}),
+           "--additional-config", json.dumps({"anyorder": {"assd": {"drafter": "self"}}}),
+           "--enforce-eager", "--dtype", "float32", "--max-model-len", "512",
+           "--kv-cache-memory-bytes", str(1 << 28), "--served-model-name", "tiny"]
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT,
+                                env={**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"})
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            pytest.fail("server exited:\n" + log.read_text()[-4000:])
+        try:
+            if requests.get(base + "/health", timeout=2).status_code == 200:
+                break
+        except requests.ConnectionError:
+            pass
+        time.sleep(1)
+    else:
+        proc.kill()
+        pytest.fail("server did not start:\n" + log.read_text()[-4000:])
+    yield base
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture(scope="module")
+def reference_text(asarm):
+    from transformers import AutoTokenizer
+
+    from asarm_models import Conditionals
+
+    tok = AutoTokenizer.from_pretrained(asarm)
+    cond, ids, gen = Conditionals(asarm), tok(PROMPT)["input_ids"], []
+    for _ in range(N):
+        gen.append(int(cond.logits(ids, gen)[0].argmax()))
+    return tok.decode(gen)
+
+
+def test_completion_is_the_greedy_continuation(server, reference_text):
+    body = {"model": "tiny", "prompt": PROMPT, "max_tokens": N, "temperature": 0.0,
+            "ignore_eos": True}
+    out = requests.post(server + "/v1/completions", json=body, timeout=120).json()
+    assert out["choices"][0]["text"] == reference_text
+    chunks = []
+    with requests.post(server + "/v1/completions", json={**body, "stream": True},
+                       stream=True, timeout=120) as resp:
+        for line in resp.iter_lines():
+            if line.startswith(b"data: ") and line != b"data: [DONE]":
+                chunks.append(json.loads(line[6:])["choices"][0]["text"])
+    assert "".join(chunks) == reference_text
