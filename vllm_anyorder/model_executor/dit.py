@@ -22,6 +22,10 @@ keeps bf16 checkpoints accurate. ``inv_freq`` stays fp32 whatever the module is 
 Attention runs in the weights' dtype even under autocast (bf16 SDPA backward is slow on CPU).
 Attention is bidirectional (``F.scaled_dot_product_attention``, scale 1/sqrt(head_dim)) with
 rotate-half rotary embeddings on q and k at positions 0..L-1; padding keys can be excluded.
+
+:class:`MaskedDiffusionLM` adds each family's output convention: MDLM zeroes sigma without
+``time_conditioning`` and returns logits; SEDD returns the log-score (``scale_by_sigma`` shift,
+0 scattered at each input token); ``token_logits`` turns either into drafting scores.
 """
 
 from __future__ import annotations
@@ -189,3 +193,58 @@ class DiT(nn.Module):
             return self.output_layer(x, c)
         rows = positions.nonzero()[:, 0]
         return self.output_layer(x[positions][:, None], c[rows])[:, 0]
+
+
+NOISE_EPS = 1e-3  # loglinear noise eps of MDLM and SEDD
+
+
+def loglinear_sigma(t: torch.Tensor) -> torch.Tensor:
+    """Total noise of the loglinear schedule: sigma(t) = -log1p(-(1 - 1e-3) t)."""
+    return -torch.log1p(-(1 - NOISE_EPS) * t.float())
+
+
+class MaskedDiffusionLM(torch.nn.Module):
+    """An MDLM or SEDD-absorb network (:class:`DiT`) plus its family's output convention
+    (formats and loading: :mod:`.masked_diffusion`; ``spec`` is its ``MaskedDiffusionSpec``)."""
+
+    def __init__(self, spec) -> None:
+        super().__init__()
+        self.spec = spec
+        self.dit = DiT(spec.vocab_size, spec.hidden_size, spec.cond_dim, spec.n_blocks, spec.n_heads)
+
+    def forward(self, input_ids, sigma, key_mask=None, positions=None):
+        """Raw output [B, L, vocab_size] fp32 (MDLM: logits; SEDD: log-score); with
+        ``positions`` (bool [B, L]) only those rows, as [N, vocab_size] (see :class:`DiT`)."""
+        if not self.spec.time_conditioning:
+            sigma = torch.zeros_like(sigma)  # MDLM with time_conditioning false
+        x = self.dit(input_ids, sigma, key_mask, positions)
+        if self.spec.family == "sedd":
+            ids = input_ids if positions is None else input_ids[positions]
+            if self.spec.scale_by_sigma:
+                s = sigma.float()
+                shift = torch.where(s < 0.5, torch.expm1(s), s.exp() - 1).log()
+                shift = shift[:, None] if positions is None else shift[positions.nonzero()[:, 0]]
+                x = x - shift[..., None] - math.log(x.shape[-1] - 1)
+            x = torch.scatter(x, -1, ids[..., None], torch.zeros_like(x[..., :1]))
+        return x
+
+    def token_logits(self, input_ids, t, key_mask=None):
+        """fp32 [B, L, num_tokens] scores for denoising step time ``t`` [B] in (0, 1].
+
+        Masked positions: the model's scores over the real tokens (mask column dropped); their
+        softmax is the drafter's distribution (SEDD: the scale_by_sigma shift is constant per
+        row, and the input-token scatter hits the dropped mask column). Positions holding a
+        real token get MDLM's SUBS carry-over, 0 at that token and -inf elsewhere (this also
+        stands in for SEDD's scatter of 0 there, which is not a distribution); padding
+        (``key_mask`` False) gets zeros. The output layer runs only at masked real positions."""
+        n = self.spec.num_tokens
+        masked = input_ids == self.spec.mask_token_id
+        real = torch.ones_like(masked) if key_mask is None else key_mask.to(torch.bool)
+        wanted = masked & real
+        raw = self.forward(input_ids, loglinear_sigma(t), key_mask, positions=wanted)
+        scores = torch.full((*input_ids.shape, n), float("-inf"), device=raw.device)
+        clean = ~masked
+        scores[clean.nonzero(as_tuple=True) + (input_ids[clean],)] = 0.0
+        scores[(~real).nonzero(as_tuple=True)] = 0.0
+        scores[wanted] = raw[:, :n]
+        return scores

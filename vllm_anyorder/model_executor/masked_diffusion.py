@@ -20,26 +20,22 @@ loglinear, total noise ``sigma(t) = -log1p(-(1 - 1e-3) t)`` (MDLM and SEDD ``log
 For an absorbing process the SEDD score at a masked position is p0(y | x_t) / expm1(sigma),
 so the softmax of either output over the real tokens is the denoising distribution.
 
-Pure torch (safetensors for the files); :func:`read_spec` reads JSON only (no weights).
+Pure torch (safetensors for the files). Importing this module and :func:`read_spec` need only
+``json``: the model class (:class:`.dit.MaskedDiffusionLM`, re-exported here) and torch load
+on first use.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
-from vllm_anyorder.model_executor.dit import DiT
-
 MDLM_WEIGHTS = "model.safetensors"
 SEDD_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 DTYPES = ("float32", "bfloat16", "float16")
-NOISE_EPS = 1e-3  # loglinear noise eps of both repos
 
 
 class MaskedDiffusionFormatError(ValueError):
@@ -160,72 +156,31 @@ def read_spec(path) -> MaskedDiffusionSpec:
     return MaskedDiffusionSpec(**{**spec.__dict__, "weights_file": found})
 
 
-# ---------------------------------------------------------------------------- the model
-def loglinear_sigma(t: torch.Tensor) -> torch.Tensor:
-    """Total noise of the loglinear schedule: sigma(t) = -log1p(-(1 - 1e-3) t)."""
-    return -torch.log1p(-(1 - NOISE_EPS) * t.float())
+# ---------------------------------------------------------------------------- torch side
+def __getattr__(name):  # the model lives in .dit; importing it lazily keeps read_spec torch-free
+    if name in ("MaskedDiffusionLM", "loglinear_sigma"):
+        from vllm_anyorder.model_executor import dit
+        return getattr(dit, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-class MaskedDiffusionLM(torch.nn.Module):
-    """An MDLM or SEDD-absorb network (:class:`.dit.DiT`) plus its output convention."""
+def _torch_dtype(name):
+    import torch
 
-    def __init__(self, spec: MaskedDiffusionSpec) -> None:
-        super().__init__()
-        self.spec = spec
-        self.dit = DiT(spec.vocab_size, spec.hidden_size, spec.cond_dim, spec.n_blocks, spec.n_heads)
-
-    def forward(self, input_ids, sigma, key_mask=None, positions=None):
-        """Raw output [B, L, vocab_size] fp32 (MDLM: logits; SEDD: log-score); with
-        ``positions`` (bool [B, L]) only those rows, as [N, vocab_size] (see :class:`.dit.DiT`)."""
-        if not self.spec.time_conditioning:
-            sigma = torch.zeros_like(sigma)  # MDLM with time_conditioning false
-        x = self.dit(input_ids, sigma, key_mask, positions)
-        if self.spec.family == "sedd":
-            ids = input_ids if positions is None else input_ids[positions]
-            if self.spec.scale_by_sigma:
-                s = sigma.float()
-                shift = torch.where(s < 0.5, torch.expm1(s), s.exp() - 1).log()
-                shift = shift[:, None] if positions is None else shift[positions.nonzero()[:, 0]]
-                x = x - shift[..., None] - math.log(x.shape[-1] - 1)
-            x = torch.scatter(x, -1, ids[..., None], torch.zeros_like(x[..., :1]))
-        return x
-
-    def token_logits(self, input_ids, t, key_mask=None):
-        """fp32 [B, L, num_tokens] scores for denoising step time ``t`` [B] in (0, 1].
-
-        Masked positions: the model's scores over the real tokens (mask column dropped); their
-        softmax is the drafter's distribution (SEDD: the scale_by_sigma shift is constant per
-        row, and the input-token scatter hits the dropped mask column). Positions holding a
-        real token get MDLM's SUBS carry-over, 0 at that token and -inf elsewhere (this also
-        stands in for SEDD's scatter of 0 there, which is not a distribution); padding
-        (``key_mask`` False) gets zeros. The output layer runs only at masked real positions."""
-        n = self.spec.num_tokens
-        masked = input_ids == self.spec.mask_token_id
-        real = torch.ones_like(masked) if key_mask is None else key_mask.to(torch.bool)
-        wanted = masked & real
-        raw = self.forward(input_ids, loglinear_sigma(t), key_mask, positions=wanted)
-        scores = torch.full((*input_ids.shape, n), float("-inf"), device=raw.device)
-        clean = ~masked
-        scores[clean.nonzero(as_tuple=True) + (input_ids[clean],)] = 0.0
-        scores[(~real).nonzero(as_tuple=True)] = 0.0
-        scores[wanted] = raw[:, :n]
-        return scores
-
-
-_DTYPE = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def _torch_dtype(name) -> torch.dtype:
     if isinstance(name, torch.dtype):
         return name
-    if name not in _DTYPE:
+    if name not in DTYPES:
         raise MaskedDiffusionFormatError(f"dtype {name!r} is not one of {DTYPES}")
-    return _DTYPE[name]
+    return getattr(torch, name)
 
 
 def random_drafter(spec: MaskedDiffusionSpec, seed: int = 0, init_std: float = 0.02) -> MaskedDiffusionLM:
     """Randomly initialised drafter (normal(0, init_std) weights, zero biases, unit norms;
     modulation weights random too, so every block contributes), in ``spec.torch_dtype``, eval."""
+    import torch
+
+    from vllm_anyorder.model_executor.dit import MaskedDiffusionLM
+
     gen = torch.Generator().manual_seed(seed)
     model = MaskedDiffusionLM(spec)
     with torch.no_grad():
@@ -249,6 +204,7 @@ def _read_weights(path: Path, spec: MaskedDiffusionSpec) -> dict:
         if file.suffix == ".safetensors":
             from safetensors.torch import load_file
             return load_file(str(file))
+        import torch
         return torch.load(file, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001  (corrupt / truncated / not a state dict)
         raise MaskedDiffusionFormatError(f"cannot read weights {str(file)!r}: {err}") from None
@@ -256,6 +212,10 @@ def _read_weights(path: Path, spec: MaskedDiffusionSpec) -> dict:
 
 def load_drafter(path, dtype: str | None = None, device="cpu") -> MaskedDiffusionLM:
     """Load a drafter directory strictly (every tensor present, none extra, shapes equal)."""
+    import torch
+
+    from vllm_anyorder.model_executor.dit import MaskedDiffusionLM
+
     spec = read_spec(path)
     state = _read_weights(Path(path), spec)
     if not isinstance(state, dict):
@@ -334,10 +294,11 @@ def save_drafter(model: MaskedDiffusionLM, path, *, sedd_weights: str = "safeten
     ``model.safetensors`` or (``sedd_weights="bin"``) a ``torch.save``d OrderedDict in
     ``pytorch_model.bin``. Tensors are written in registration order, in the model's dtype
     (``rotary_emb.inv_freq`` always fp32); config ``torch_dtype`` is that dtype."""
+    import torch
+
     if sedd_weights not in ("safetensors", "bin"):
         raise ValueError(f"sedd_weights must be 'safetensors' or 'bin', got {sedd_weights!r}")
-    dtype = next(model.parameters()).dtype
-    name = {v: k for k, v in _DTYPE.items()}[dtype]
+    name = str(next(model.parameters()).dtype).removeprefix("torch.")
     spec = MaskedDiffusionSpec(**{**model.spec.__dict__, "torch_dtype": name})
     prefix = _prefix(spec)
     state = OrderedDict((prefix + k[4:], v.detach().cpu().contiguous())
@@ -347,11 +308,12 @@ def save_drafter(model: MaskedDiffusionLM, path, *, sedd_weights: str = "safeten
     config = _mdlm_config(spec) if spec.family == "mdlm" else _sedd_config(spec)
     indent = 2 if spec.family == "mdlm" else 1  # as the released files are spaced
     (out / "config.json").write_text(json.dumps(config, indent=indent) + "\n")
-    if spec.family == "sedd" and sedd_weights == "bin":
-        torch.save(state, out / "pytorch_model.bin")
+    weights = "pytorch_model.bin" if spec.family == "sedd" and sedd_weights == "bin" else MDLM_WEIGHTS
+    for stale in {MDLM_WEIGHTS, "pytorch_model.bin"} - {weights}:  # read_spec would prefer it
+        (out / stale).unlink(missing_ok=True)
+    if weights == "pytorch_model.bin":
+        torch.save(state, out / weights)
     else:
         from safetensors.torch import save_file
-        save_file(dict(state), str(out / "model.safetensors"), metadata={"format": "pt"})
-    for name in ("model.safetensors", "pytorch_model.bin"):  # save_file leaves 0600
-        if (out / name).exists():
-            os.chmod(out / name, 0o644)
+        save_file(dict(state), str(out / weights), metadata={"format": "pt"})
+    os.chmod(out / weights, 0o644)  # save_file leaves 0600

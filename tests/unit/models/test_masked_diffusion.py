@@ -398,3 +398,23 @@ def test_model_is_trainable_with_the_restricted_output_layer():
     torch.nn.functional.cross_entropy(logits[:, : V - 1], target[masked]).backward()
     assert model.dit.vocab_embed.embedding.grad is not None
     assert isinstance(model, MaskedDiffusionLM)
+
+
+def test_read_spec_needs_no_torch(tmp_path):
+    """The front-end start-up check imports the module and reads configs without torch."""
+    import subprocess
+    import sys
+
+    (tmp_path / "config.json").write_text(json.dumps(_mdlm_cfg()))
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from vllm_anyorder.model_executor.masked_diffusion import read_spec\n"
+            f"print(read_spec({str(tmp_path)!r}).mask_token_id)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(V - 1)
+
+
+def test_save_replaces_the_other_weights_file(tmp_path):
+    save_drafter(sedd(), tmp_path)  # model.safetensors
+    save_drafter(sedd(seed=1), tmp_path, sedd_weights="bin")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "pytorch_model.bin"]
