@@ -1,0 +1,47 @@
+"""Tensor parallel 2 (mp executor, one core per rank): greedy `assd` equals the
+single-process AS-ARM without speculation, and at temperature > 0 both ranks draw the same
+drafts and verify them alike (the scheduler only sees rank 0's drafts; each rank samples
+with its own copy of the draft probabilities)."""
+
+import pytest
+
+from e2e.conftest import make_llm, shutdown
+
+pytestmark = pytest.mark.e2e
+
+PROMPTS = ["abc", "hello world", "klmnop\nab", "def f(x):", "zz", "ghij kl", "a b c", "p"]
+
+
+@pytest.fixture(scope="module")
+def asarm(tmp_path_factory):
+    from asarm_models import build_tiny_asarm
+
+    return build_tiny_asarm(tmp_path_factory.mktemp("asarm_tp"), vocab_size=64, kv_heads=2)
+
+
+def _counters(worker):
+    d = worker.model_runner.drafter
+    return d.query_forwards, d.rounds, d.drafted_tokens, d.accepted_tokens
+
+
+def test_tp2_assd_equals_single_process(asarm, monkeypatch):
+    from vllm import SamplingParams
+
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|1")
+    greedy = SamplingParams(temperature=0.0, max_tokens=48, ignore_eos=True)
+    llm = make_llm(asarm)
+    try:
+        want = [list(o.outputs[0].token_ids) for o in llm.generate(PROMPTS, greedy, use_tqdm=False)]
+    finally:
+        shutdown(llm)
+    llm = make_llm(asarm, tensor_parallel_size=2,
+                   speculative_config={"method": "assd", "num_speculative_tokens": 4})
+    try:
+        got = [list(o.outputs[0].token_ids) for o in llm.generate(PROMPTS, greedy, use_tqdm=False)]
+        sampled = SamplingParams(temperature=1.0, max_tokens=32, ignore_eos=True, n=2)
+        llm.generate(PROMPTS, sampled, use_tqdm=False)
+        counters = llm.collective_rpc(_counters)
+    finally:
+        shutdown(llm)
+    assert got == want
+    assert len(counters) == 2 and counters[0] == counters[1] and counters[0][0] > 0
