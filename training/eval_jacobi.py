@@ -45,6 +45,7 @@ from training.data import REPO_ROOT, benchmark_prompts  # noqa: E402
 from vllm_anyorder.core.jacobi import JacobiSettings, JacobiState  # noqa: E402
 
 EOS_ID = 0
+LOOP = 0.2  # a greedy output with >= 20% tokens equal to their predecessor counts as a loop
 START, END = "<!-- eval_jacobi -->", "<!-- /eval_jacobi -->"
 
 
@@ -132,7 +133,8 @@ def evaluate_model(path: Path, prompts: list[list[int]], args) -> dict:
 
     model = LlamaForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
     fwd = Counter(model)
-    res = {"greedy": [], "tokens": {}, "forwards": {}, "lossless": {}, "seconds": {}}
+    res = {"greedy": [], "tokens": {}, "forwards": {}, "lossless": {}, "seconds": {},
+           "per_prompt": {}}
     t0 = time.time()
     for p in tqdm(prompts, desc=f"{path.name} greedy", mininterval=10, leave=False):
         res["greedy"].append(greedy(fwd, p, args.new_tokens))
@@ -144,8 +146,10 @@ def evaluate_model(path: Path, prompts: list[list[int]], args) -> dict:
         if args.methods and name not in args.methods:
             continue
         fwd.calls, ok, total, t0 = 0, True, 0, time.time()
+        per = res["per_prompt"][name] = []
         for i, p in enumerate(tqdm(prompts, desc=f"{path.name} {name}", mininterval=10,
                                    leave=False)):
+            before = fwd.calls
             if settings is None:
                 g = torch.Generator().manual_seed(args.seed * 1_000_003 + i)
                 out = plain_jacobi(fwd, p, args.new_tokens, args.block, g)
@@ -153,11 +157,19 @@ def evaluate_model(path: Path, prompts: list[list[int]], args) -> dict:
                 out = core_jacobi(fwd, p, args.new_tokens, settings)
             ok &= out == res["greedy"][i]
             total += len(out)
+            per.append([len(out), fwd.calls - before])
         res["tokens"][name], res["forwards"][name] = total, fwd.calls
         res["lossless"][name] = bool(ok)
         res["seconds"][name] = round(time.time() - t0, 1)
     res["tpf"] = {k: res["tokens"][k] / res["forwards"][k] for k in res["forwards"]}
     res["distinct_4grams"] = distinct_ngrams(res["greedy"], 4)
+    res["repeat_frac"] = [sum(a == b for a, b in zip(o[1:], o[:-1])) / max(1, len(o) - 1)
+                          for o in res["greedy"]]
+    # TPF restricted to prompts whose greedy output is not a token loop
+    keep = [i for i, r in enumerate(res["repeat_frac"]) if r < LOOP]
+    res["tpf_no_loops"] = {k: (sum(v[i][0] for i in keep) / max(1, sum(v[i][1] for i in keep)))
+                           for k, v in res["per_prompt"].items()}
+    res["no_loop_prompts"] = len(keep)
     log = path / "training_log.json"
     if log.exists():
         res["val_loss"] = json.loads(log.read_text()).get("final_val_loss")
@@ -197,6 +209,11 @@ def card_section(r: dict) -> str:
             cells.append(f"{x['tpf'][k]:.3f} ({x['forwards'][k]}){flag}")
         rows.append(f"| {k} | " + " | ".join(cells) + " |")
     rep = ", ".join(f"{m}: {r['models'][m]['distinct_4grams']:.2f}" for m in names)
+    loops = "; ".join(
+        f"{m}: {r['prompts'] - x['no_loop_prompts']}/{r['prompts']} outputs are token loops "
+        f"(mean immediate-repeat fraction {sum(x['repeat_frac']) / len(x['repeat_frac']):.2f}); "
+        "TPF on the others: " + ", ".join(f"{k} {v:.3f}" for k, v in x["tpf_no_loops"].items())
+        for m, x in ((m, r["models"][m]) for m in names) if "repeat_frac" in x)
     vl = ", ".join(f"{m}: {r['models'][m]['val_loss']:.4f}" for m in names
                     if r["models"][m].get("val_loss") is not None)
     ag = r.get("agreement")
@@ -218,6 +235,9 @@ its own model's greedy output unless marked.
 {agree}
 Distinct 4-grams / 4-grams of the greedy outputs (low = looping text, which the n-gram pools
 of `pool_first` draft well): {rep}.
+
+Degenerate loops (a greedy output where >= {LOOP:.0%} of the tokens repeat the token before
+them, e.g. `name name name ...`; Jacobi converges on such text in a few iterations): {loops}.
 
 Validation loss (nats/token, from each model's training_log.json): {vl}.
 {END}

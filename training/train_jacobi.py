@@ -90,6 +90,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     a("--ar-batch", type=int, default=4, help="real-text windows per step for L_AR")
     a("--seq-len", type=int, default=256, help="length of the real-text windows")
     a("--ar-weight", type=float, default=6.0, help="w of Eq. 9")
+    a("--fp-weight", type=float, default=3.0,
+      help="weight of the paper's AR loss on the fixed points (clean blocks -> y*)")
     a("--teacher", choices=("self", "frozen"), default="self",
       help="self: the trained model's clean-context logits, detached (Eq. 8, theta- = "
            "stopgrad(theta)); frozen: the base model's (a fixed copy)")
@@ -285,6 +287,11 @@ def packed_losses(model, packs: list[dict], n: int, bf16: bool, teacher=None):
         P = p["P"]
         ce_sum = ce_sum + F.cross_entropy(logits[b, :P - 1], tokens[b, 1:P], reduction="sum")
         ce_cnt += P - 1
+    # the paper's AR term: the clean rows (and the prompt's last row) -> the fixed point y*
+    rows = torch.cat([torch.tensor([[p["P"] - 1] for p in packs]), tea[:, :-1]], 1)
+    fixed = torch.stack([p["fixed"] for p in packs])
+    fp_ce = F.cross_entropy(torch.gather(logits, 1, rows[..., None].expand(
+        -1, -1, logits.shape[-1])).flatten(0, 1), fixed.flatten())
     with torch.no_grad():
         noisy = noisy_context(packs, tokens, n)
         # fixed-point token each student row predicts (the next generated position)
@@ -295,6 +302,7 @@ def packed_losses(model, packs: list[dict], n: int, bf16: bool, teacher=None):
                    "hit": int(hit.sum()), "valid": int(valid.sum()),
                    "teacher_hit": int(((lt.argmax(-1) == nxt) & valid).sum()),
                    "self_hit": int(((ls.argmax(-1) == lt.argmax(-1)) & noisy).sum())}
+    metrics["fp_ce"] = fp_ce
     return l_pc, ce_sum, ce_cnt, metrics
 
 
@@ -315,6 +323,7 @@ def consistency_eval(model, samples: list[dict], args, n: int, bf16: bool) -> di
         packs = [pack(s, n, args.window, 0, None) for s in samples[i:i + args.batch_size]]
         l_pc, _, _, m = packed_losses(model, packs, n, bf16)
         tot["l_pc"] += l_pc.item() * len(packs)
+        m.pop("fp_ce")
         for k in m:
             tot[k] += m[k]
     model.train()
@@ -502,20 +511,22 @@ def main(argv=None) -> None:
             for group in opt.param_groups:
                 group["lr"] = lr
             packs = make_batch(train_samples, args, step, n)
-            l_pc, ce_sum, ce_cnt, _ = packed_losses(model, packs, n, bf16, teacher)
+            l_pc, ce_sum, ce_cnt, met = packed_losses(model, packs, n, bf16, teacher)
             real = real_batch(stream, args, step) if args.ar_batch else None
             if real is not None:
                 ce_sum = ce_sum + real_ce(model, real, bf16)
                 ce_cnt += real[:, 1:].numel()
             l_ar = ce_sum / ce_cnt
-            loss = l_pc + args.ar_weight * l_ar
+            l_fp = met["fp_ce"]
+            loss = l_pc + args.ar_weight * l_ar + args.fp_weight * l_fp
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
             opt.step()
             opt.zero_grad(set_to_none=True)
             state.update(step=step + 1, tokens_seen=state["tokens_seen"] + ce_cnt,
                          train_loss=ema(state["train_loss"], loss.item()),
-                         l_pc=ema(state["l_pc"], l_pc.item()), l_ar=ema(state["l_ar"], l_ar.item()))
+                         l_pc=ema(state["l_pc"], l_pc.item()), l_ar=ema(state["l_ar"], l_ar.item()),
+                         l_fp=ema(state.get("l_fp"), l_fp.item()))
             if state["step"] % args.eval_every == 0:
                 state["elapsed_s"] += time.time() - t_last
                 t_last = time.time()
@@ -525,6 +536,7 @@ def main(argv=None) -> None:
                                        "train_loss": round(state["train_loss"], 4),
                                        "l_pc": round(state["l_pc"], 4),
                                        "l_ar": round(state["l_ar"], 4),
+                                       "l_fp": round(state["l_fp"], 4),
                                        "val_loss": round(evaluate(model, periodic, bf16), 4),
                                        **{k: round(v, 4) for k, v in c.items()}})
                 tqdm.write(json.dumps(state["evals"][-1]))
@@ -533,6 +545,7 @@ def main(argv=None) -> None:
             t_last = now
             bar.update(1)
             bar.set_postfix(l_pc=f"{state['l_pc']:.3f}", l_ar=f"{state['l_ar']:.3f}",
+                            l_fp=f"{state['l_fp']:.3f}",
                             lr=f"{lr:.2e}", done=f"{progress():.0%}", refresh=False)
             if now - t_ckpt > args.ckpt_every * 60:
                 save_checkpoint(ckpt_path, model, opt, state)
