@@ -175,21 +175,7 @@ def prefix_metadata(builder: Any, num_queries: list[int], prefix_lens: list[int]
                     block_table: torch.Tensor) -> Any:
     """Metadata for query rows that each see exactly the first ``prefix_lens[i]`` cached
     tokens of request i (causal off: every row attends to the whole prefix; the rows
-    themselves are never in the cache).
-
-    The CPU op assumes a request has no more query rows than keys (its work split reads
-    wrong keys otherwise: seen with 4 queries over a 2-token prefix), so a request with more
-    queries than prefix tokens is split into several row groups over the same block-table
-    row; rows keep their order."""
-    groups, lens, rows = [], [], []
-    for i, (q, n) in enumerate(zip(num_queries, prefix_lens)):
-        while q > 0:
-            take = min(q, n)
-            groups.append(take)
-            lens.append(n)
-            rows.append(i)
-            q -= take
-    table = block_table[torch.tensor(rows, device=block_table.device)] \
-        if len(rows) != len(num_queries) else block_table
-    slots = torch.full((sum(groups),), -1, dtype=torch.int64, device=block_table.device)
-    return build_metadata(builder, groups, lens, table, slots, causal=False)
+    themselves are never in the cache; more rows than prefix tokens is fine)."""
+    total = sum(num_queries)
+    slots = torch.full((total,), -1, dtype=torch.int64, device=block_table.device)
+    return build_metadata(builder, num_queries, prefix_lens, block_table, slots, causal=False)

@@ -168,11 +168,10 @@ def test_self_drafting_marshals_one_forward_over_the_paged_cache():
     content, queries = r.builder.built
     assert content.causal is True and content.query_start_loc_cpu.tolist() == [0, 1, 2]
     assert content.seq_lens.tolist() == [6, 2]
-    # b: 3 queries over a 2-token prefix are split in groups of at most 2 (CPU op limit)
-    assert queries.causal is False
-    assert queries.query_start_loc_cpu.tolist() == [0, 3, 5, 6]
-    assert queries.seq_lens.tolist() == [6, 2, 2]
-    assert queries.block_table_tensor[:, 0].tolist() == [11, 21, 21]
+    assert queries.causal is False  # every query row reads the whole prefix
+    assert queries.query_start_loc_cpu.tolist() == [0, 3, 6]
+    assert queries.seq_lens.tolist() == [6, 2]
+    assert queries.block_table_tensor[:, 0].tolist() == [11, 21]
     assert (queries.slot_mapping == -1).all()
     req_ids, probs = prop.take_draft_probs()
     assert req_ids == ["a", "b"] and probs.shape == (2, 3, V)
