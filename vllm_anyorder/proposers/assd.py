@@ -15,7 +15,8 @@ One round per request, n tokens decoded (the last one sampled but not yet in the
    d_{i-1} gives p_i = p(x_{n+i-1} | prefix, d_<i). vLLM's rejection sampler gets q through
    the ``draft_probs`` patch: accept d_i with min(1, p_i/q_i), else sample (p_i - q_i)+; the
    bonus token comes from the last row. Exact because each d_i was drawn from exactly q_i
-   (independent of d_<i and of the verifier's randomness).
+   given the prefix and d_<i (``self``: independent of d_<i; ``ngram``: given its left
+   neighbour) and independently of the verifier's randomness.
 3. Lemma 1: q_1 and p_1 are the same conditional (prefix only), so d_1 is accepted (up to
    float rounding) and a drafting round (2 forwards) commits >= 2 tokens: with drafts only
    when at least 2 tokens remain, a request never takes more forwards than tokens.
