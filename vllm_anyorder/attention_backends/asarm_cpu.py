@@ -23,7 +23,7 @@ the stock ``cpu_attention_with_kv_cache`` op gives it (checked against a dense r
 from __future__ import annotations
 
 import contextvars
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -39,16 +39,60 @@ PROMPT_LENS: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVa
     "anyorder_asarm_prompt_lens", default=None)
 
 
+@dataclass
+class AsArmCPUMetadata(_cpu.CPUAttentionMetadata):
+    """CPU metadata of the content rows plus, for vLLM's forward, where the query stream runs:
+    ``query_rows`` [Rq] (token rows whose next position is not a prompt position) and
+    ``query_metadata`` (those rows, causal: row of sequence index i sees keys [0, i])."""
+
+    query_rows: torch.Tensor | None = None
+    query_metadata: Any = None
+
+
 class AsArmCPUMetadataBuilder(_cpu.CPUAttentionMetadataBuilder):
     """CPU metadata whose mask follows the AS-ARM rule per request and per row: prompt rows
     attend to the whole prompt, every later row (generated, drafted, or vLLM's -1
-    placeholders after a 1-token prompt) causally."""
+    placeholders after a 1-token prompt) causally. In vLLM's forward (prompt lengths known)
+    it also plans the query stream: a query row that would predict a prompt position is
+    meaningless (visible tokens are never queried), so only the last prompt row and the rows
+    after it get one: a prompt costs one query row, not one per token."""
 
     def build(self, common_prefix_len: int, common_attn_metadata: Any, fast_build: bool = False):
         cm = common_attn_metadata
-        if cm.causal is True:  # the runner's default; explicit metadata is left alone
-            cm = _prompt_bidirectional(cm, PROMPT_LENS.get())
-        return super().build(common_prefix_len, cm, fast_build)
+        if cm.causal is not True:  # explicit metadata (the proposer's) is left alone
+            return super().build(common_prefix_len, cm, fast_build)
+        prompt_lens = PROMPT_LENS.get()
+        content = super().build(common_prefix_len, _prompt_bidirectional(cm, prompt_lens),
+                                fast_build)
+        if prompt_lens is None:
+            return content
+        rows, query_cm = _query_rows(cm, prompt_lens)
+        return AsArmCPUMetadata(**vars(content), query_rows=rows,
+                                query_metadata=super().build(0, query_cm, fast_build))
+
+
+def _query_rows(cm: Any, prompt_lens: torch.Tensor):
+    """Rows of sequence index >= prompt length - 1 (their query predicts a non-prompt
+    position), and causal metadata for exactly those rows."""
+    num_reqs = cm.num_reqs
+    qsl = cm.query_start_loc_cpu[: num_reqs + 1].to(torch.int64).tolist()
+    seq_lens = cm.seq_lens[:num_reqs].cpu().to(torch.int64).tolist()
+    prompts = prompt_lens[:num_reqs].to(torch.int64).tolist()
+    rows, counts = [], []
+    for i in range(num_reqs):
+        q, s = qsl[i + 1] - qsl[i], seq_lens[i]
+        start = max(s - q, prompts[i] - 1)  # first sequence index with a query row
+        n = max(0, s - start)
+        rows.append(torch.arange(qsl[i + 1] - n, qsl[i + 1]))
+        counts.append(n)
+    rows = torch.cat(rows) if rows else torch.zeros(0, dtype=torch.int64)
+    new_qsl = torch.zeros(num_reqs + 1, dtype=cm.query_start_loc_cpu.dtype)
+    new_qsl[1:] = torch.cumsum(torch.tensor(counts), 0)
+    device = cm.seq_lens.device
+    query_cm = replace(cm, query_start_loc=new_qsl.to(device), query_start_loc_cpu=new_qsl,
+                       num_actual_tokens=int(new_qsl[-1]), max_query_len=max(counts, default=0),
+                       causal=True)
+    return rows.to(device), query_cm
 
 
 def _prompt_bidirectional(cm: Any, prompt_lens: torch.Tensor | None) -> Any:
@@ -109,9 +153,12 @@ def query_attention(attn: Any, query: torch.Tensor, metadata: Any = None) -> tor
     """Attention of query-stream rows over the paged cache of layer ``attn``, no KV write.
 
     ``query`` [R, heads * head_dim] (rotary applied). ``metadata`` None uses the current
-    forward's metadata of this layer (row j sees what content row j saw)."""
+    forward's query plan of this layer (``AsArmCPUMetadata.query_metadata``: the rows of
+    ``query_rows``), or its content metadata when there is none (row j sees what content
+    row j saw)."""
     if metadata is None:
         metadata = _layer_metadata(attn.layer_name)
+        metadata = getattr(metadata, "query_metadata", None) or metadata
     out = torch.empty(query.shape[0], attn.num_heads * attn.head_size_v, dtype=query.dtype,
                       device=query.device)
     if metadata is None:  # profiling / warm-up run: vLLM's own layers return garbage too
@@ -179,3 +226,8 @@ def prefix_metadata(builder: Any, num_queries: list[int], prefix_lens: list[int]
     total = sum(num_queries)
     slots = torch.full((total,), -1, dtype=torch.int64, device=block_table.device)
     return build_metadata(builder, num_queries, prefix_lens, block_table, slots, causal=False)
+
+
+def forward_query_rows(layer_name: str) -> torch.Tensor | None:
+    """The token rows that get a query row in the current vLLM forward (None: all rows)."""
+    return getattr(_layer_metadata(layer_name), "query_rows", None)

@@ -6,11 +6,12 @@ App. D), laid out for vLLM's paged engine, which generates left to right:
 * The engine sequence is the generation order; the normal token rows are the **content
   stream** (rotary at the true position = sequence index) and write the KV cache. The prompt
   is visible: its prefill is bidirectional (``AsArmCPUBackend``), generated tokens are causal.
-* At every layer the **query stream** runs the same attention op a second time with the same
-  metadata: one row per token row, started from ``model.query_embed``, rotary at the NEXT
-  position, no KV write. Row j's logits are p(x_{pos_j + 1} | tokens up to pos_j): an AR
-  model's logits, so vLLM's sampler and rejection sampler apply unchanged. The hidden states
-  vLLM sees are the query stream's.
+* At every layer the **query stream** runs the same attention op a second time over the same
+  cache: a row per token row from the last prompt token on (earlier rows would predict
+  visible tokens), started from ``model.query_embed``, rotary at the NEXT position, no KV
+  write. Row j's logits are p(x_{pos_j + 1} | tokens up to pos_j): an AR model's logits, so
+  vLLM's sampler and rejection sampler apply unchanged. The hidden states vLLM sees are the
+  query stream's (zeros for rows without a query).
 * :meth:`AnySubsetLlamaForCausalLM.query_logits` runs arbitrary query rows over the paged
   cache (the proposer drafts k future positions at once: each row attends to the decoded
   prefix only) after writing a few content rows (the last sampled token, not yet cached).
@@ -18,7 +19,7 @@ App. D), laid out for vLLM's paged engine, which generates left to right:
 Constraints this layout imposes (set by :class:`AsArmEngineConfig` at engine start-up):
 prompts are prefilled in one step (no chunked prefill: a chunk could not see later chunks)
 and without prefix caching (a cached prompt block was computed seeing only its own prompt).
-Prompt logprobs are not meaningful (prompt rows see the whole prompt). CPU backend only.
+Prompt logprobs are not computed (visible tokens have no query row). CPU backend only.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from vllm.model_executor.models.utils import AutoWeightsLoader, make_layers, may
 from vllm_anyorder.attention_backends.asarm_cpu import (
     AsArmCPUBackend,
     content_attention,
+    forward_query_rows,
     query_attention,
 )
 from vllm_anyorder.model_executor.asarm import ARCHITECTURE
@@ -149,18 +151,26 @@ class AsArmModel(nn.Module):
 
     def forward(self, input_ids, positions, query_positions=None, plan=None,
                 inputs_embeds=None) -> torch.Tensor:
-        """Content rows = the tokens; query rows at ``query_positions`` (default: one per
-        token, at the next position). Returns the query stream's final hidden states."""
+        """Content rows = the tokens; query rows at ``query_positions``. Without them (vLLM's
+        forward): a query row at the next position for every token row the attention plan
+        selects (not for rows that would predict a prompt position), returned as [T, H]
+        with zeros elsewhere. Otherwise returns the query rows' final hidden states."""
         x = inputs_embeds if inputs_embeds is not None else self.embed_tokens(input_ids)
+        rows = None
         if query_positions is None:
-            query_positions = positions + 1
+            rows = forward_query_rows(self.layers[0].self_attn.attn.layer_name)
+            query_positions = positions + 1 if rows is None else positions[rows] + 1
         num_content = x.shape[0]
         g = self.query_embed.to(x.dtype).expand(query_positions.shape[0], -1)
         h, residual = torch.cat([x, g]), None
         for layer in self.layers:
             h, residual = layer(positions, query_positions, h, residual, num_content, plan)
         h, _ = self.norm(h, residual)
-        return h[num_content:]
+        if rows is None:
+            return h[num_content:]
+        out = h.new_zeros(num_content, h.shape[-1])
+        out[rows] = h[num_content:]
+        return out
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         return AutoWeightsLoader(self).load_weights(weights, mapper=self.hf_to_vllm_mapper)

@@ -341,3 +341,19 @@ def test_prompt_rows_bidirectional_later_rows_causal():
     assert out.num_reqs == 4 and out.max_query_len == 3
     # without prompt lengths: a request starting at position 0 is a whole prompt
     assert _prompt_bidirectional(_cm([3, 1], [3, 9]), None).causal.tolist() == [0, 1]
+
+
+def test_query_rows_skip_rows_that_would_predict_prompt_positions():
+    """A query row predicts the next position: rows before the last prompt token would
+    predict visible (prompt) tokens, so vLLM's forward plans query rows only from the last
+    prompt token on; decoding rows all get one; the plan is causal over the cache."""
+    from vllm_anyorder.attention_backends.asarm_cpu import _query_rows
+
+    # whole prompt (5 of 5), verification (ctx 9, 4 rows), padded 1-token prompt (4 rows),
+    # recompute of prompt 3 + 2 outputs
+    cm = _cm([5, 4, 4, 5], [5, 13, 4, 5])
+    rows, qcm = _query_rows(cm, torch.tensor([5, 6, 1, 3]))
+    assert rows.tolist() == [4, 5, 6, 7, 8, 9, 10, 11, 12, 15, 16, 17]
+    assert qcm.query_start_loc_cpu.tolist() == [0, 1, 5, 9, 12]
+    assert qcm.seq_lens.tolist() == [5, 13, 4, 5] and qcm.causal is True
+    assert qcm.num_actual_tokens == 12 and qcm.max_query_len == 4
