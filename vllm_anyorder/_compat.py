@@ -34,6 +34,22 @@ def cpu_triton_utils() -> ModuleType | None:
         return None
 
 
+def ray_executor_v2_cls():
+    """``RayExecutorV2`` (vLLM's default Ray executor); None when Ray support is absent."""
+    try:
+        return _module("vllm.v1.executor.ray_executor_v2").RayExecutorV2
+    except ImportError:
+        return None
+
+
+def ray_runtime_context_cls():
+    """Ray's ``RuntimeContext`` (not vLLM; listed here with the other foreign internals)."""
+    try:
+        return _module("ray.runtime_context").RuntimeContext
+    except ImportError:
+        return None
+
+
 def vllm_version() -> tuple[int, ...]:
     from importlib.metadata import PackageNotFoundError, version
 

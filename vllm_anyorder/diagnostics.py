@@ -1,0 +1,66 @@
+"""Worker-side view of an anyorder method's state, for tests, load tests and operators.
+
+``AnyorderWorkerExtension`` is a vLLM worker extension (``--worker-extension-cls
+vllm_anyorder.diagnostics.AnyorderWorkerExtension``, or ``worker_extension_cls=`` in
+``LLM(...)``). It adds one worker method, ``anyorder_state()``, reachable with
+``llm.collective_rpc("anyorder_state")`` or, on a server started with
+``VLLM_SERVER_DEV_MODE=1``, ``POST /collective_rpc {"method": "anyorder_state"}``. It returns,
+per rank, plain JSON: the process, whether ``register()`` ran there, the platform class, the
+proposer's method and the sizes of its containers (per-request state is keyed by request id
+and must shrink back once requests leave the batch), and a fingerprint of the state every TP
+rank must hold identically (container keys and integer counters; timings are excluded).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections import deque
+from typing import Any
+
+_SIZED = (dict, set, frozenset, list, deque)
+
+
+def container_sizes(obj: Any) -> dict[str, int]:
+    """Length of every dict / set / list / deque attribute of ``obj`` (by attribute name)."""
+    return {k: len(v) for k, v in sorted(vars(obj).items()) if isinstance(v, _SIZED)} \
+        if obj is not None else {}
+
+
+def fingerprint(obj: Any) -> str:
+    """Digest of the keys of every dict attribute and every integer attribute of ``obj``."""
+    if obj is None:
+        return ""
+    parts = []
+    for name, value in sorted(vars(obj).items()):
+        if isinstance(value, dict):
+            parts.append(f"{name}:{sorted(map(str, value))}")
+        elif isinstance(value, int) and not isinstance(value, bool):
+            parts.append(f"{name}={value}")
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+def state_of(worker: Any) -> dict[str, Any]:
+    import vllm_anyorder
+    from vllm.platforms import current_platform
+
+    runner = getattr(worker, "model_runner", None)
+    drafter = getattr(runner, "drafter", None)
+    batch = getattr(runner, "input_batch", None)
+    return {
+        "pid": os.getpid(),
+        "rank": getattr(worker, "rank", None),
+        "registered": bool(vllm_anyorder._REGISTERED),
+        "platform": type(current_platform).__name__,
+        "method": getattr(drafter, "method", None) or None,
+        "requests_in_batch": len(batch.req_ids) if batch is not None else 0,
+        "containers": container_sizes(drafter),
+        "fingerprint": fingerprint(drafter),
+    }
+
+
+class AnyorderWorkerExtension:
+    """Mixed into vLLM's worker class by ``worker_extension_cls``."""
+
+    def anyorder_state(self) -> dict[str, Any]:
+        return state_of(self)
