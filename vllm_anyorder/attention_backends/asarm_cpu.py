@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from vllm_anyorder import _compat
+from vllm_anyorder.attention_backends import asarm_positions
 
 _cpu = _compat.cpu_attention_module()
 
@@ -47,6 +48,10 @@ class AsArmCPUMetadata(_cpu.CPUAttentionMetadata):
 
     query_rows: torch.Tensor | None = None
     query_metadata: Any = None
+    # infill requests in the batch (``asarm_positions``): true rotary positions of the
+    # content rows [num_actual_tokens] and of the query rows [Rq]; None: sequence indices
+    positions: torch.Tensor | None = None
+    query_positions: torch.Tensor | None = None
 
 
 class AsArmCPUMetadataBuilder(_cpu.CPUAttentionMetadataBuilder):
@@ -67,8 +72,13 @@ class AsArmCPUMetadataBuilder(_cpu.CPUAttentionMetadataBuilder):
         if prompt_lens is None:
             return content
         rows, query_cm = _query_rows(cm, prompt_lens)
+        positions = query_positions = None
+        tables = asarm_positions.POSITION_TABLES.get()
+        if tables is not None:
+            positions, query_positions = asarm_positions.row_positions(cm, tables, rows)
         return AsArmCPUMetadata(**vars(content), query_rows=rows,
-                                query_metadata=super().build(0, query_cm, fast_build))
+                                query_metadata=super().build(0, query_cm, fast_build),
+                                positions=positions, query_positions=query_positions)
 
 
 def _query_rows(cm: Any, prompt_lens: torch.Tensor):
@@ -231,3 +241,12 @@ def prefix_metadata(builder: Any, num_queries: list[int], prefix_lens: list[int]
 def forward_query_rows(layer_name: str) -> torch.Tensor | None:
     """The token rows that get a query row in the current vLLM forward (None: all rows)."""
     return getattr(_layer_metadata(layer_name), "query_rows", None)
+
+
+def forward_true_positions(layer_name: str):
+    """(content positions [num_actual_tokens], query positions [Rq]) of the current vLLM
+    forward when it holds infill requests, else None (positions are sequence indices)."""
+    md = _layer_metadata(layer_name)
+    if getattr(md, "positions", None) is None:
+        return None
+    return md.positions, md.query_positions

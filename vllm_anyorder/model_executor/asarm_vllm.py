@@ -48,6 +48,7 @@ from vllm_anyorder.attention_backends.asarm_cpu import (
     AsArmCPUBackend,
     content_attention,
     forward_query_rows,
+    forward_true_positions,
     query_attention,
 )
 from vllm_anyorder.model_executor.asarm import ARCHITECTURE
@@ -158,8 +159,14 @@ class AsArmModel(nn.Module):
         x = inputs_embeds if inputs_embeds is not None else self.embed_tokens(input_ids)
         rows = None
         if query_positions is None:
-            rows = forward_query_rows(self.layers[0].self_attn.attn.layer_name)
+            layer_name = self.layers[0].self_attn.attn.layer_name
+            rows = forward_query_rows(layer_name)
             query_positions = positions + 1 if rows is None else positions[rows] + 1
+            true = forward_true_positions(layer_name)  # infill requests: table lookups
+            if true is not None:
+                positions = positions.clone()
+                positions[: true[0].numel()] = true[0]
+                query_positions = true[1]
         num_content = x.shape[0]
         g = self.query_embed.to(x.dtype).expand(query_positions.shape[0], -1)
         h, residual = torch.cat([x, g]), None
@@ -190,6 +197,8 @@ class AnySubsetLlamaForCausalLM(nn.Module):
 
         if "asarm_prompt_lens" not in patches.disabled():  # (disabling: diagnostics only)
             patches.apply_asarm_prompt_lengths()  # the attention builder sees prompt ends
+        if "asarm_infill_positions" not in patches.disabled():
+            patches.apply_asarm_infill_positions()  # ... and infill requests' positions
         config = vllm_config.model_config.hf_config
         self.config = config
         self.model = AsArmModel(vllm_config=vllm_config, prefix=maybe_prefix(prefix, "model"))

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from vllm_anyorder import _compat, config, patches
+from vllm_anyorder.attention_backends.asarm_positions import lookup, request_table
 from vllm_anyorder.core.assd import BigramDrafter
 from vllm_anyorder.proposers.base import AnyOrderProposer
 
@@ -169,7 +170,11 @@ class AssdProposer(AnyOrderProposer):
         last = torch.tensor([p.n - 1 for p in plans], dtype=torch.int64)
         tokens = torch.tensor([int(token_ids_cpu[p.row, p.n - 1]) for p in plans])
         slots = (blocks[rows, last // bs].to(torch.int64) * bs + last % bs)
-        query_pos = torch.cat([torch.arange(p.n, p.n + p.budget) for p in plans])
+        # rotary at true positions (an infill request's table; else the sequence index)
+        tables = [request_table(runner.requests[p.req_id]) for p in plans]
+        last_pos = torch.cat([lookup(t, last[j: j + 1]) for j, t in enumerate(tables)])
+        query_pos = torch.cat([lookup(t, torch.arange(p.n, p.n + p.budget))
+                               for p, t in zip(plans, tables)])
         device = next(self.target.parameters()).device
         block_rows = blocks[rows].to(device)
         builder = runner.attn_groups[0][0].get_metadata_builder()
@@ -180,7 +185,7 @@ class AssdProposer(AnyOrderProposer):
             slots=slots.to(device),
             queries=prefix_metadata(builder, [p.budget for p in plans], seq_lens, block_rows),
         )
-        logits = self.target.query_logits(tokens.to(device), last.to(device),
+        logits = self.target.query_logits(tokens.to(device), last_pos.to(device),
                                           query_pos.to(device), plan, self.vllm_config)
         logits = logits.float().cpu()  # [sum budgets, V]
         self.query_forwards += 1
@@ -233,12 +238,15 @@ class AssdProposer(AnyOrderProposer):
         all_drafts, all_q = [], []
         for p in plans:
             drafter, seen = self._bigrams.get(p.req_id) or (BigramDrafter(self.vocab_size, {}), 0)
-            for pos in range(seen, p.n):
-                drafter.observe(pos, int(token_ids_cpu[p.row, pos]))
+            # bigrams of true positions (an infill request's neighbours may be visible)
+            true = lookup(request_table(runner.requests[p.req_id]),
+                          torch.arange(p.n + p.budget)).tolist()
+            for i in range(seen, p.n):
+                drafter.observe(true[i], int(token_ids_cpu[p.row, i]))
             self._bigrams[p.req_id] = (drafter, p.n)
             greedy = md.all_greedy or md.temperature is None or float(md.temperature[p.row]) == 0
             gen = md.generators.get(p.row, self._generator)
-            tokens, q = drafter.draft(range(p.n, p.n + p.budget), greedy, gen)
+            tokens, q = drafter.draft(true[p.n:], greedy, gen)
             all_drafts.append(tokens)
             all_q.append(q.float())
         return torch.cat(all_drafts), torch.cat(all_q)
