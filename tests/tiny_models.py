@@ -133,3 +133,34 @@ def build_tiny_drafter(path: Path, sequences, *, vocab_size: int, steps: int = 1
     save_drafter(model.eval(), path)
     write_char_tokenizer(path, vocab_size)  # the target's tokenizer: start-up checks compare
     return path
+
+
+def build_tiny_dllm(path: Path, kind: str = "llada", *, vocab_size: int = 64, seed: int = 0,
+                    std: float = 0.3, max_positions: int = 512) -> Path:
+    """A random fp32 diffusion LLM in the released format of ``kind`` ("llada" or "dream"):
+    hidden 64, 2 layers, 2 heads (head_dim 32), char tokenizer; mask id = the last vocabulary
+    row, EOS = 0."""
+    import torch
+
+    from vllm_anyorder.model_executor.dream import DreamConfig, random_dream
+    from vllm_anyorder.model_executor.llada import LLaDAConfig, random_llada
+
+    path = Path(path)
+    if (path / "config.json").exists():
+        return path
+    mask = vocab_size - 1
+    if kind == "llada":
+        model = random_llada(LLaDAConfig(
+            d_model=64, n_heads=2, n_kv_heads=2, n_layers=2, mlp_hidden_size=128,
+            vocab_size=vocab_size, embedding_size=vocab_size, max_sequence_length=max_positions,
+            rope_theta=10000.0, mask_token_id=mask, eos_token_id=0, pad_token_id=1), seed, std)
+    else:
+        model = random_dream(DreamConfig(
+            vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=max_positions,
+            rope_theta=10000.0, mask_token_id=mask, bos_token_id=None, eos_token_id=0,
+            pad_token_id=1), seed, std)
+    model.to(torch.float32).save_pretrained(path)
+    (path / "generation_config.json").write_text(json.dumps({"eos_token_id": 0}))
+    write_char_tokenizer(path, vocab_size)
+    return path

@@ -27,4 +27,7 @@ def register() -> None:
     from vllm_anyorder.model_executor import asarm_engine
 
     asarm_engine.register()  # AS-ARM (anyorder_llama) model class, config, engine settings
+    from vllm_anyorder.model_executor import dllm_engine
+
+    dllm_engine.register()  # LLaDA / Dream model classes, configs, engine settings
     _REGISTERED = True

@@ -220,3 +220,74 @@ class AssdConfig:
 
 
 CONFIG_CLASSES["assd"] = AssdConfig
+
+
+DLLM_REMASKING = ("low_confidence", "random")  # == core.dllm_blocks.REMASKING (torch-free)
+
+
+@dataclass(frozen=True)
+class StepwiseConfig:
+    """Options of the dLLM baseline, ``method="stepwise"`` (what a LLaDA / Dream model served
+    without a speculative config runs): semi-autoregressive blocks of ``block_length`` masked
+    positions, ``steps_per_block`` denoising steps each (0 = one token per step), LLaDA's
+    ``remasking`` rule. vLLM carries one block per engine step: ``block_length - 1`` drafts."""
+
+    FROM_SPEC: ClassVar[dict[str, str]] = {}
+
+    block_length: int = 32
+    steps_per_block: int = 0
+    remasking: str = "low_confidence"
+
+    def validate(self) -> None:
+        _check_range("block_length", self.block_length, 2, MAX_SPEC_LEN + 1)
+        _check_range("steps_per_block", self.steps_per_block, 0, self.block_length)
+        _check_choice("remasking", self.remasking, DLLM_REMASKING)
+
+    @property
+    def steps(self) -> int:
+        return self.steps_per_block or self.block_length
+
+    @property
+    def chain_length(self) -> int:
+        return self.block_length - 1
+
+
+@dataclass(frozen=True)
+class SsdConfig(StepwiseConfig):
+    """``method="ssd"`` (Gao et al., Sec. 3.2 / App. A Algorithm 1): ``draft_length`` N (from
+    ``num_speculative_tokens``) drafted steps verified as a chain of N + 1 nodes in one batched
+    forward; ``mix_order`` adds the Sec. 5.2 out-of-order nodes; drafts may reach
+    ``lookahead_blocks`` blocks ahead."""
+
+    FROM_SPEC: ClassVar[dict[str, str]] = {"num_speculative_tokens": "draft_length"}
+
+    draft_length: int = 4
+    mix_order: bool = False
+    lookahead_blocks: int = 1
+
+    def validate(self) -> None:
+        super().validate()
+        _check_range("ssd.draft_length (num_speculative_tokens)", self.draft_length, 1, 32)
+        _check_range("ssd.lookahead_blocks", self.lookahead_blocks, 0, 2)
+        if not isinstance(self.mix_order, bool):
+            raise AnyOrderConfigError(f"ssd.mix_order must be true or false, got {self.mix_order!r}")
+
+
+@dataclass(frozen=True)
+class FreeDaveConfig(StepwiseConfig):
+    """``method="freedave"`` (Wu & Zhang, Sec. 3.2 / Algorithm 2): candidates for the next
+    ``draft_steps`` d steps (from ``num_speculative_tokens``) drafted by the remasking scheduler
+    and verified in the next batched forward."""
+
+    FROM_SPEC: ClassVar[dict[str, str]] = {"num_speculative_tokens": "draft_steps"}
+
+    draft_steps: int = 4
+    lookahead_blocks: int = 1
+
+    def validate(self) -> None:
+        super().validate()
+        _check_range("freedave.draft_steps (num_speculative_tokens)", self.draft_steps, 1, 32)
+        _check_range("freedave.lookahead_blocks", self.lookahead_blocks, 0, 2)
+
+
+CONFIG_CLASSES.update(stepwise=StepwiseConfig, ssd=SsdConfig, freedave=FreeDaveConfig)

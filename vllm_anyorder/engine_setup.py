@@ -27,6 +27,12 @@ def resolve(spec: dict[str, Any], additional: dict[str, Any] | None, target_mode
     spec = {k.replace("-", "_"): v for k, v in spec.items()}
     method = methods.lookup(spec.get("method"), spec.get("model"))
     if method is None:
+        if _family(target_model_config) == "diffusion":
+            raise config.AnyOrderConfigError(
+                f"speculative method {spec.get('method')!r} cannot serve the diffusion model "
+                f"{getattr(target_model_config, 'model', '?')!r}; use one of "
+                f"{[m.name for m in methods.METHODS.values() if m.target_family == 'diffusion']}"
+                f" (or no speculative config: '{methods.DIFFUSION_DEFAULT}')")
         return spec, additional
     additional = copy.deepcopy(additional) if additional else {}
     section = config.section(additional)
@@ -71,6 +77,12 @@ def _parse(method: methods.MethodSpec, spec: dict[str, Any], options: Any):
     directory from ``model``)."""
     cls = config.CONFIG_CLASSES[method.name]
     k = spec.get("num_speculative_tokens")
+    if "num_speculative_tokens" not in cls.FROM_SPEC:  # the block length sets vLLM's k
+        if k is not None:
+            raise config.AnyOrderConfigError(
+                f"method '{method.name}' takes no num_speculative_tokens (vLLM's draft count "
+                f"follows its block_length option)")
+        return config.parse(method.name, options)
     if k is None:
         k = getattr(cls(), cls.FROM_SPEC["num_speculative_tokens"])
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
@@ -104,11 +116,23 @@ def _drafter_path(method: methods.MethodSpec, model: Any) -> str:
     return os.path.abspath(os.path.expanduser(model))
 
 
+def default_spec(target_model_config) -> dict[str, Any] | None:
+    """The speculative config a target gets when the user gives none: diffusion LLMs always
+    decode through the plugin (their baseline is ``stepwise``); other models get none."""
+    if _family(target_model_config) == "diffusion":
+        return {"method": methods.DIFFUSION_DEFAULT}
+    return None
+
+
+def _family(model_config) -> str:
+    hf = getattr(model_config, "hf_config", None)
+    return methods.target_family(getattr(hf, "architectures", None),
+                                 getattr(hf, "model_type", None))
+
+
 def _check_target(method: methods.MethodSpec, model_config) -> None:
     hf = getattr(model_config, "hf_config", None)
-    family = methods.target_family(
-        getattr(hf, "architectures", None), getattr(hf, "model_type", None)
-    )
+    family = _family(model_config)
     runner = getattr(model_config, "runner_type", "generate")
     if runner != "generate":
         raise config.AnyOrderConfigError(

@@ -45,8 +45,29 @@ METHODS: dict[str, MethodSpec] = {
             paper="ASSD (Guo & Ermon), Sec. 5, Algorithm 1 / App. E.4 Algorithm 2",
             startup_check="vllm_anyorder.model_executor.asarm_engine.check_assd_target",
         ),
+        MethodSpec(
+            name="stepwise",  # the dLLM baseline; what a dLLM without speculative config runs
+            proposer="vllm_anyorder.proposers.dllm.StepwiseProposer",
+            target_family="diffusion",
+            paper="LLaDA semi-autoregressive remasking (SSD Sec. 3.1, FreeDave Algorithm 1)",
+        ),
+        MethodSpec(
+            name="ssd",
+            proposer="vllm_anyorder.proposers.dllm.SsdProposer",
+            target_family="diffusion",
+            paper="SSD (Gao et al.), Sec. 3.2 / App. A Algorithm 1, mix-order Sec. 5.2",
+        ),
+        MethodSpec(
+            name="freedave",
+            proposer="vllm_anyorder.proposers.dllm.FreeDaveProposer",
+            target_family="diffusion",
+            paper="FreeDave (Wu & Zhang), Sec. 3.2 / Algorithm 2",
+        ),
     )
 }
+
+# what a diffusion target runs when the user gives no speculative config
+DIFFUSION_DEFAULT = "stepwise"
 
 BY_PROPOSER: dict[str, MethodSpec] = {spec.proposer: spec for spec in METHODS.values()}
 

@@ -65,7 +65,8 @@ def apply_method_names() -> None:
     stores the resolved options in ``additional_config["anyorder"]``.
     Checked: vLLM 0.32.0 (``engine/arg_utils.py:2060``).
     Remove: when vLLM grows a speculative-method registry, register the names there and
-    move validation into the proposers' config hook.
+    move validation into the proposers' config hook. It also gives a LLaDA / Dream target
+    without a speculative config the ``stepwise`` method (their only decoding path in vLLM).
     """
     cls = _compat.engine_args_cls()
     original = cls.create_speculative_config
@@ -74,6 +75,8 @@ def apply_method_names() -> None:
     def create_speculative_config(self, target_model_config, target_parallel_config):
         from vllm_anyorder import engine_setup
 
+        if self.speculative_config is None:  # a diffusion LLM decodes through the plugin
+            self.speculative_config = engine_setup.default_spec(target_model_config)
         if isinstance(self.speculative_config, dict):
             self.speculative_config, self.additional_config = engine_setup.resolve(
                 self.speculative_config, self.additional_config, target_model_config
@@ -126,10 +129,13 @@ def apply_verification_hook() -> None:
     Why: Jacobi drafts the next iterate from the target's argmax at *every* row of the last
     verification (not only the accepted ones); vLLM's custom_class ``propose`` only receives
     the committed tokens.
+    The dLLM methods (``stepwise``, ``ssd``, ``freedave``) decide a whole block at this point
+    (their denoising forwards run here) and must make vLLM commit it.
     What: wraps ``GPUModelRunner._sample`` (inherited by the V1 ``CPUModelRunner``): when the
     runner's drafter has ``observe_verification``, it is called with the runner, the logits
     (``[sum(num_draft+1), V]``, request-major in input-batch order) and the spec-decode
-    metadata, before vLLM samples. Logits are not modified.
+    metadata, before vLLM samples. Jacobi and the others only read the logits; the dLLM
+    proposer overwrites them in place with one-hot rows of the decided tokens.
     Checked: vLLM 0.32.0 (``v1/worker/gpu_model_runner.py:3437``, called at ``:4340``).
     Remove: when ``custom_class.propose`` receives the verification logits or argmax.
     """
