@@ -194,3 +194,117 @@ def test_self_drafts_are_the_query_stream_given_the_prefix(engines, cond):
         worst = max(worst, float((torch.log_softmax(entry["logits"].double(), -1)
                                   - torch.log_softmax(want, -1)).abs().max()))
     assert worst < 2e-4, worst
+
+
+# ---------------------------------------------------------------- infilling (any subset)
+# sequences with masks (None): two spans; leading / long (> k) / trailing spans; a
+# continuation-shaped one; many single masks; one visible token (vLLM pads it to
+# [token, -1 x k] next to other requests)
+INFILL = [
+    [5, 6, None, None, 9, 10, None, 12],
+    [None] * 3 + [7, 8, 9] + [None] * 12 + [4, 4] + [None] * 5,
+    [3] * 5 + [None] * 9,
+    [None if i % 3 == 1 else 10 + i for i in range(30)],
+    [None, 17, None, None, None],
+]
+
+
+def _reference_infill(cond, seq, order=None):
+    from reference.assd_reference import sequential_decode
+
+    masked = list(order) if order is not None else [i for i, x in enumerate(seq) if x is None]
+    visible = [i for i, x in enumerate(seq) if x is not None]
+    out, _ = sequential_decode(cond.model, [seq[i] for i in visible], visible, masked, 0.0)
+    filled = list(seq)
+    for pos, tok in zip(masked, out):
+        filled[pos] = tok
+    return filled
+
+
+@pytest.mark.parametrize("engine", ["base", "self", "ngram"])
+def test_greedy_infill_equals_the_sequential_reference(engines, cond, engine):
+    """Batch 1 and a batch mixing infill and continuation requests (plain AS-ARM, assd
+    self and ngram): every mask is filled as sequential decoding of the reference AS-ARM
+    fills it, visible tokens untouched; continuations are unchanged by the infill
+    neighbours. A custom generation order (right to left) too."""
+    from vllm import SamplingParams
+    from vllm_anyorder import infill
+
+    llm = engines(engine)
+    want = [_reference_infill(cond, s) for s in INFILL]
+    greedy = SamplingParams(temperature=0.0)
+    for seq, w in zip(INFILL[:2], want):  # batch 1
+        assert infill.generate(llm, [seq], greedy) == [[w]]
+    reqs = [infill.make_request(s) for s in INFILL]
+    reqs.append(infill.make_request(INFILL[0], order=[6, 3, 2]))
+    cont = PROMPTS[:6]
+    cont_params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    outs = _run(llm, [r.prompt() for r in reqs] + cont,
+                [infill.sampling_params(greedy, r) for r in reqs] + [cont_params] * len(cont))
+    got = [r.merge(o.outputs[0].token_ids) for r, o in zip(reqs, outs)]
+    assert got == want + [_reference_infill(cond, INFILL[0], order=[6, 3, 2])]
+    assert _tokens(outs[len(reqs):]) == _tokens(_run(engines("base"), cont, cont_params))
+
+
+def test_infill_positions_matter(engines, cond):
+    """The test above can fail: the masks' true positions change the fill. Serving the same
+    visible tokens as a plain continuation (no position table) gives other tokens, and a
+    continuation-shaped request is exactly the plain continuation (the special case)."""
+    from vllm import SamplingParams
+    from vllm_anyorder import infill
+
+    reqs = [infill.make_request(s) for s in INFILL]
+    outs = _run(engines("base"), [r.prompt() for r in reqs],
+                [SamplingParams(temperature=0.0, max_tokens=r.max_tokens, ignore_eos=True)
+                 for r in reqs])
+    naive = [r.merge(o.outputs[0].token_ids) for r, o in zip(reqs, outs)]
+    want = [_reference_infill(cond, s) for s in INFILL]
+    assert naive[2] == want[2]  # [3] * 5 + 9 masks is a continuation
+    assert sum(n != w for n, w in zip(naive, want)) >= 3
+
+
+@pytest.mark.parametrize("drafter", ["self", "ngram"])
+def test_infill_never_more_forwards_than_tokens(engines, drafter):
+    """Theorem 1 for infill requests (greedy and sampled): per request, forwards <= masks
+    filled; with ``self`` every round's first draft is accepted (Lemma 1)."""
+    from vllm import SamplingParams
+    from vllm_anyorder import infill
+
+    llm = engines(drafter)
+    _, _, rounds0, first0 = llm.collective_rpc(_request_stats)[0]
+    reqs = [infill.make_request(s) for s in INFILL] * 2
+    params = [infill.sampling_params(SamplingParams(temperature=0.0 if i % 2 else 0.8), r)
+              for i, r in enumerate(reqs)]
+    outs = _run(llm, [r.prompt() for r in reqs], params)
+    rows, _, rounds, first = llm.collective_rpc(_request_stats)[0]
+    by_id = {r.rsplit("-", 1)[0]: (f, t) for r, f, t in rows}
+    for req, out in zip(reqs, outs):
+        forwards, tokens = by_id[out.request_id]
+        assert tokens == len(out.outputs[0].token_ids) == req.max_tokens
+        assert forwards <= tokens, (out.request_id, forwards, tokens)
+    assert rounds > rounds0
+    if drafter == "self":
+        assert first - first0 == rounds - rounds0
+
+
+@pytest.mark.parametrize("extra, kw, match", [
+    ([1, 1, 2], {}, "distinct"),
+    ([1, 2, 9], {}, "outside the sequence"),
+    ([1, 2, 3], {"max_tokens": 5}, "max_tokens"),
+    ([1, 2, 3], {"ignore_eos": False}, "ignore_eos"),
+    ([1, 2, 3], {"stop": ["x"]}, "stop"),
+    ([1, 2, 300], {}, "outside the sequence"),
+    ("1,2", {}, "list of integer"),
+])
+def test_malformed_infill_requests_are_refused(engines, extra, kw, match):
+    """A ValueError before the request reaches the engine; the engine keeps serving."""
+    from vllm import SamplingParams
+
+    llm = engines("self")
+    params = SamplingParams(**{"temperature": 0.0, "max_tokens": 3, "ignore_eos": True, **kw},
+                            extra_args={"anyorder_infill": extra})
+    with pytest.raises(ValueError, match=match):
+        _run(llm, [{"prompt_token_ids": [4, 5, 6]}], params)
+    ok = SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True,
+                        extra_args={"anyorder_infill": [0, 2, 5]})
+    assert len(_run(llm, [{"prompt_token_ids": [4, 5, 6]}], ok)[0].outputs[0].token_ids) == 3
