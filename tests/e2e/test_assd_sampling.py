@@ -50,6 +50,37 @@ def exact(asarm16):
     return probs
 
 
+# an infill request on the same model: the PROMPT's tokens visible, 4 masks in 3 spans
+INFILL_SEQ = [3, None, 5, 7, None, None, 9, 3, 5, None]
+INFILL_SIGMA = [i for i, x in enumerate(INFILL_SEQ) if x is None]  # left to right
+
+
+@pytest.fixture(scope="module")
+def exact_infill(asarm16):
+    """Like ``exact`` for INFILL_SEQ: (generated prefix, offsets) -> exact probabilities of
+    the masked positions sigma[len(prefix) + offset], each given the visible tokens and the
+    prefix (at sigma[:len(prefix)]) only (fp64)."""
+    from asarm_models import Conditionals
+
+    model = Conditionals(asarm16).model
+    visible = [i for i, x in enumerate(INFILL_SEQ) if x is not None]
+    cache = {}
+
+    def probs(prefix, offsets=(0,)):
+        key = (tuple(prefix), tuple(offsets))
+        if key not in cache:
+            g = len(prefix)
+            logits = model.content_and_query(
+                torch.tensor([INFILL_SEQ[i] for i in visible] + list(prefix)),
+                torch.tensor(visible + INFILL_SIGMA[:g]),
+                torch.tensor([0] * len(visible) + list(range(1, g + 1))),
+                torch.tensor([INFILL_SIGMA[g + o] for o in offsets])).double()
+            cache[key] = torch.softmax(logits, -1).numpy()
+        return cache[key]
+
+    return probs
+
+
 def _counters(worker):
     d = worker.model_runner.drafter
     return d.drafted_tokens, d.accepted_tokens, d.rounds, d.rounds_first_accepted
@@ -116,5 +147,42 @@ def test_the_test_rejects_wrong_rules(exact, rule):
     handing the verifier a q other than the one drafts were drawn from, fails; ASSD passes."""
     samples = _simulate(exact, rule, NUM_REQ * N_PER_REQ)
     worst = min(conditional_chisquare(samples, pos, lambda pr: exact(pr)[0])[2]
+                for pos in range(MAX_TOKENS))
+    assert (worst > P_MIN) == (rule == "correct"), f"worst p-value {worst:.2e}"
+
+
+@pytest.mark.parametrize("params_kw", SETTINGS, ids=SETTING_IDS)
+def test_assd_infill_sampling_matches_sequential_infilling(assd_llm, exact_infill, params_kw):
+    """Infilling (masks in three spans, filled left to right) samples every masked position
+    from sequential infilling's conditionals; drafts are accepted and rejected."""
+    from vllm import SamplingParams
+    from vllm_anyorder import infill
+
+    drafted0, accepted0, _, _ = assd_llm.collective_rpc(_counters)[0]
+    req = infill.make_request(INFILL_SEQ)
+    params = infill.sampling_params(SamplingParams(n=N_PER_REQ, seed=None, **params_kw), req)
+    outs = assd_llm.generate([req.prompt()] * NUM_REQ, params, use_tqdm=False)
+    samples = [tuple(c.token_ids) for o in outs for c in o.outputs]
+    assert len(samples) == NUM_REQ * N_PER_REQ and all(len(s) == MAX_TOKENS for s in samples)
+    assert all(req.merge(s)[i] == x for s in samples[:50]
+               for i, x in enumerate(INFILL_SEQ) if x is not None)
+    drafted, accepted, _, _ = assd_llm.collective_rpc(_counters)[0]
+    drafted, accepted = drafted - drafted0, accepted - accepted0
+    assert 0.1 * len(samples) < accepted < drafted  # the rule is exercised both ways
+
+    def cond(prefix):
+        return truncated_probs(np.log(exact_infill(prefix)[0]), **params_kw)
+
+    for pos in range(MAX_TOKENS):
+        stat, df, p = conditional_chisquare(samples, pos, cond)
+        assert df > 0
+        assert p > P_MIN, f"position {pos}: chi2={stat:.1f} df={df} p={p:.2e}"
+
+
+@pytest.mark.parametrize("rule", ["correct", "recover_from_p", "sharpened_q"])
+def test_the_infill_test_rejects_wrong_rules(exact_infill, rule):
+    """The infill statistic at the same sample size fails ASSD with a wrong rule."""
+    samples = _simulate(exact_infill, rule, NUM_REQ * N_PER_REQ)
+    worst = min(conditional_chisquare(samples, pos, lambda pr: exact_infill(pr)[0])[2]
                 for pos in range(MAX_TOKENS))
     assert (worst > P_MIN) == (rule == "correct"), f"worst p-value {worst:.2e}"

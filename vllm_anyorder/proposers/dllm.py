@@ -49,6 +49,7 @@ class _State:
     prompt_len: int
     clean: int = 0  # positions [0, clean) hold final K/V in the paged cache
     anchor: torch.Tensor | None = None  # raw logits of row clean - 1 (logit-shift models)
+    written: int = 0  # end of the rows vLLM's last forward wrote (their slots exist)
     repairs: int = 0
     steps: int = 0  # engine steps (vLLM forwards) the request took part in
 
@@ -140,6 +141,7 @@ class DllmProposer(AnyOrderProposer):
         """vLLM's forward wrote rows [a, e): final iff they are exactly the prompt or exactly
         one block right after the clean prefix."""
         p, s = st.prompt_len, st.req.s
+        st.written = e
         unit = (a == 0 and e == p) or (
             a >= p and (a - p) % s.block_length == 0 and a - p < s.max_tokens
             and e == p + block_span(s, (a - p) // s.block_length)[1])
@@ -166,8 +168,7 @@ class DllmProposer(AnyOrderProposer):
                 if plan is not None:
                     jobs.append((st, i, plan))
             if jobs:
-                self._repair(runner, [(st, i, st.prompt_len + plan.window[0])
-                                      for st, i, plan in jobs])
+                self._repair(runner, [(st, i, plan) for st, i, plan in jobs])
                 for (st, _, _), lg in zip(jobs, self._evaluate(runner, jobs)):
                     st.req.advance(lg)
             active = [(st, i, e) for st, i, e in active if self._needs(st, e)]
@@ -188,11 +189,18 @@ class DllmProposer(AnyOrderProposer):
             cuts.append(min(p + g, end))
         return tuple(c for c in cuts if c > start)
 
-    def _repair(self, runner: Any, needs: list[tuple[_State, int, int]]) -> None:
-        """Rewrite rows [clean, c) in the real cache for requests whose prefix is not final."""
+    def _repair(self, runner: Any, jobs) -> None:
+        """Rewrite, in the real cache, rows [clean, c) whose K/V vLLM wrote incompletely (a
+        preempted request recomputed as one prompt): c = the last unit boundary before both
+        the plan's window and the end of vLLM's rows (their slots exist)."""
         from vllm_anyorder.attention_backends.dllm_cpu import NodeJob, repair_plan
 
-        todo = [(st, i, c) for st, i, c in needs if st.clean < c]
+        todo = []
+        for st, i, plan in jobs:
+            p, lim = st.prompt_len, min(st.prompt_len + plan.window[0], st.written)
+            c = p + (lim - p) // st.req.s.block_length * st.req.s.block_length if lim >= p else 0
+            if st.clean < c:
+                todo.append((st, i, c))
         if not todo:
             return
         table, bs, builder = self._context(runner)
@@ -201,7 +209,7 @@ class DllmProposer(AnyOrderProposer):
         for st, i, c in todo:
             jobs.append(NodeJob(blocks[i].to(torch.int64), st.clean, c, 1,
                                 self._cuts(st, st.clean, c)))
-            ids.append(runner.input_batch.token_ids_cpu_tensor[i, st.clean:c])
+            ids.append(torch.cat([st.req.prompt, st.req.canvas])[st.clean:c])
             pos.append(torch.arange(st.clean, c))
         plan = repair_plan(builder, jobs, bs)
         out = self.target.row_logits(torch.cat(ids).to(device), torch.cat(pos).to(device), plan)
@@ -219,12 +227,16 @@ class DllmProposer(AnyOrderProposer):
         blocks, device = table.get_cpu_tensor(), next(self.target.parameters()).device
         node_jobs, ids, pos = [], [], []
         for st, i, plan in jobs:
+            # rows from the clean prefix on: normally the window itself; when the window
+            # starts past a decided block vLLM has not written yet (FreeDave drafting across
+            # a block end), that block's rows are computed alongside (block-causal: exact)
             p, (w0, w1) = st.prompt_len, plan.window
-            n = plan.nodes.shape[0]
-            node_jobs.append(NodeJob(blocks[i].to(torch.int64), p + w0, p + w1, n,
-                                     self._cuts(st, p + w0, p + w1)))
-            ids.append(plan.nodes[:, w0:w1].reshape(-1))
-            pos.append(torch.arange(p + w0, p + w1).repeat(n))
+            r0, n = min(st.clean, p + w0), plan.nodes.shape[0]
+            full = torch.cat([st.req.prompt.expand(n, -1), plan.nodes], 1)
+            node_jobs.append(NodeJob(blocks[i].to(torch.int64), r0, p + w1, n,
+                                     self._cuts(st, r0, p + w1)))
+            ids.append(full[:, r0: p + w1].reshape(-1))
+            pos.append(torch.arange(r0, p + w1).repeat(n))
         caches = [layer.self_attn.attn.kv_cache for layer in self.target.layers]
         plan_rows = scratch_plan(builder, node_jobs, caches, bs)
         raw = self.target.row_logits(torch.cat(ids).to(device), torch.cat(pos).to(device),
@@ -234,9 +246,13 @@ class DllmProposer(AnyOrderProposer):
             n, w = job.nodes, job.end - job.start
             lg = raw[start: start + n * w].view(n, w, -1)
             start += n * w
-            if self.shift:  # row p predicts p + 1: the window's first logits are the anchor's
-                lg = torch.cat([st.anchor.expand(n, 1, -1), lg[:, :-1]], 1)
-            out.append(lg)
+            skip = st.prompt_len + plan.window[0] - job.start  # rows before the window
+            if not self.shift:
+                out.append(lg[:, skip:])
+            elif skip:  # row q predicts q + 1: the row before the window was computed too
+                out.append(lg[:, skip - 1: -1])
+            else:  # ... or it is the last clean row: its logits are kept (the anchor)
+                out.append(torch.cat([st.anchor.expand(n, 1, -1), lg[:, :-1]], 1))
         return out
 
     # ------------------------------------------------------------------ drafts
