@@ -244,6 +244,7 @@ def main(argv=None) -> None:
         return
     model = model.to(torch.bfloat16).eval()
     model.save_pretrained(args.out)
+    os.chmod(args.out / "model.safetensors", 0o644)
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         shutil.copy(args.tokenizer / name, args.out / name)
     final_checks(args.out, args, val_batches(val_stream, args), state)
