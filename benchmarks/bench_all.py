@@ -4,8 +4,10 @@ min/median), on the committed models.
 
 Rows: no speculation; vLLM's `ngram` and `draft_model` (AR drafter); `jacobi` (on the base
 target, and on the Jacobi-distilled target against that target's own no-speculation run when
-models/ar-target-jacobi exists); `specdiff` (masked-diffusion drafter). Methods whose models
-are not in models/ are listed as skipped. Prints a table, writes JSON + PNG plots (speed-up vs
+models/ar-target-jacobi exists); `specdiff` (masked-diffusion drafter); `assd` (self and
+n-gram drafts) on the AS-ARM models/asarm against that model's own no-speculation run (its
+rows also report tokens per model forward counting the drafting forwards). Methods whose
+models are not in models/ are listed as skipped. Prints a table, writes JSON + PNG plots (speed-up vs
 k, acceptance by position) to benchmarks/results/.
 
     .venv/bin/python benchmarks/bench_all.py [--batch 1] [--prompts 8] [--quick]
@@ -39,7 +41,13 @@ def scoreboard(ks: list[int], quick: bool) -> tuple[list[Config], list[str]]:
         rows += [C.specdiff(k, max(1, k // 4)) for k in ks]
     else:
         skipped.append("specdiff: models/mdlm-drafter not trained yet")
-    skipped += ["assd, ssd, freedave: not integrated with vLLM yet"]
+    if C.ASARM.exists():  # its own reference: the same AS-ARM served without speculation
+        rows.append(Config("no-spec (asarm)", model=C.ASARM))
+        rows += [C.assd(k, drafter) for drafter in ("self", "ngram")
+                 for k in ([5] if quick else [3, 5])]
+    else:
+        skipped.append("assd: models/asarm not trained yet")
+    skipped.append("ssd, freedave: not in this scoreboard yet")
     return rows, skipped
 
 

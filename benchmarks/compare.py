@@ -45,6 +45,14 @@ def drafter_probe(llm) -> dict:
     return llm.collective_rpc(read)[0]
 
 
+def assd_probe(llm) -> dict:
+    """Query-stream drafting forwards so far (``assd`` self-drafting; 0 with ngram drafts)."""
+    def read(worker):
+        return {"query_forwards": getattr(worker.model_runner.drafter, "query_forwards", 0)}
+
+    return llm.collective_rpc(read)[0]
+
+
 def compare(tag: str, target: Path, configs: list[Config], prompts: list[str], params,
             repeats: int = 3, batch: int = 0, describe: str = "",
             plots: bool = True) -> list[dict]:
@@ -57,8 +65,9 @@ def compare(tag: str, target: Path, configs: list[Config], prompts: list[str], p
     for cfg in tqdm(configs, desc="engines (start + acceptance pass)"):
         llm = make_engine(cfg.model or target, cfg.speculative_config, cfg.additional_config)
         engines[cfg.name] = llm
+        llm.generate(prompts[:2], params, use_tqdm=False)  # warm-up, outside the probe too
         before = cfg.probe(llm) if cfg.probe else {}
-        first[cfg.name] = timed_generate(llm, cfg.name, prompts, params, warmup=True, batch=batch)
+        first[cfg.name] = timed_generate(llm, cfg.name, prompts, params, warmup=False, batch=batch)
         after = cfg.probe(llm) if cfg.probe else {}
         probes[cfg.name] = {k: after[k] - before.get(k, 0) for k in after}
     seconds = {name: [] for name in engines}
@@ -83,6 +92,9 @@ def compare(tag: str, target: Path, configs: list[Config], prompts: list[str], p
             accepted_per_position=run.accepted_per_pos, target_forwards_with_drafts=run.drafts,
             exact_match=sum(a == b for a, b in zip(run.outputs, ref)) / len(ref),
             **probes[name])
+        if "query_forwards" in row:  # drafting forwards count too: tokens per model forward
+            row["model_forwards"] = run.generated - run.accepted + row["query_forwards"]
+            row["tokens_per_model_forward"] = run.generated / row["model_forwards"]
         if row.get("drafter_calls"):
             row["drafter_ms_per_step"] = 1e3 * row["drafter_seconds"] / row["drafter_calls"]
         rows.append(row)
@@ -108,6 +120,10 @@ def _print(rows: list[dict], describe: str, repeats: int) -> None:
         cost = f"{r['drafter_ms_per_step']:>16.1f}" if "drafter_ms_per_step" in r else f"{'':>16}"
         print(f"{r['method']:<28}{r['tokens_per_target_forward']:>8.2f}{r['seconds_median']:>10.2f}"
               f"{r['seconds_min']:>8.2f}{r['speedup_vs_nospec']:>8.2f}x{r['exact_match']:>7.0%}{cost}")
+    for r in rows:
+        if "tokens_per_model_forward" in r:
+            print(f"  {r['method']}: {r['tokens_per_model_forward']:.2f} tokens per model forward "
+                  f"counting its {r['query_forwards']} drafting forwards")
     for r in rows:
         if r["accepted_per_position"]:
             print(f"  accepted by position, {r['method']}: {r['accepted_per_position'][:20]}")

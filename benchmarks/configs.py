@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.common import REPO
-from benchmarks.compare import Config, drafter_probe
+from benchmarks.compare import Config, assd_probe, drafter_probe
 
 AR_DRAFTER = REPO / "models" / "ar-drafter"
 MDLM_DRAFTER = REPO / "models" / "mdlm-drafter"
+ASARM = REPO / "models" / "asarm"
 
 
 def no_spec() -> Config:
@@ -38,3 +39,11 @@ def specdiff(gamma: int, steps: int, drafter: Path = MDLM_DRAFTER) -> Config:
                   {"method": "specdiff", "model": str(drafter), "num_speculative_tokens": gamma},
                   {"anyorder": {"specdiff": {"steps": steps}}}, probe=drafter_probe,
                   family=f"specdiff T={steps}", k=gamma)
+
+
+def assd(k: int, drafter: str = "self", model: Path = ASARM,
+         reference: str = "no-spec (asarm)") -> Config:
+    """``assd`` on an AS-ARM, compared with the same AS-ARM served without speculation."""
+    return Config(f"assd {drafter} k={k}", {"method": "assd", "num_speculative_tokens": k},
+                  {"anyorder": {"assd": {"drafter": drafter}}}, model=model, probe=assd_probe,
+                  family=f"assd {drafter}", k=k, reference=reference)
