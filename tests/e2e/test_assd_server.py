@@ -85,3 +85,30 @@ def test_completion_is_the_greedy_continuation(server, reference_text):
             if line.startswith(b"data: ") and line != b"data: [DONE]":
                 chunks.append(json.loads(line[6:])["choices"][0]["text"])
     assert "".join(chunks) == reference_text
+
+
+INFILL_SEQ = [None, 20, 21, None, None, 30, 31, 32] + [None] * 7 + [40]
+
+
+def test_infill_request_and_a_malformed_one(server, asarm):
+    """An infill request (token-id prompt + ``vllm_xargs``) returns the masks filled as the
+    reference AS-ARM's sequential infilling fills them; a malformed one gets HTTP 400 with
+    the reason, and the server keeps serving."""
+    from reference.assd_reference import sequential_infill
+
+    from asarm_models import Conditionals
+    from vllm_anyorder import infill
+
+    want = sequential_infill(Conditionals(asarm).model, INFILL_SEQ, temperature=0.0)
+    req = infill.make_request(INFILL_SEQ)
+    body = req.openai_body("tiny", temperature=0.0)
+    out = requests.post(server + "/v1/completions", json=body, timeout=120)
+    assert out.status_code == 200, out.text
+    assert req.merge(out.json()["choices"][0]["token_ids"]) == want
+    for bad, reason in (({"vllm_xargs": {"anyorder_infill": [0, 0, 3]}}, "distinct"),
+                        ({"max_tokens": 3}, "max_tokens"),
+                        ({"ignore_eos": False}, "ignore_eos")):
+        r = requests.post(server + "/v1/completions", json={**body, **bad}, timeout=60)
+        assert r.status_code == 400 and reason in r.text, r.text
+    again = requests.post(server + "/v1/completions", json=body, timeout=120)
+    assert req.merge(again.json()["choices"][0]["token_ids"]) == want

@@ -128,3 +128,12 @@ def test_spec_decode_metrics_and_bad_request(server):
     assert accepted and float(accepted[0].split()[-1]) > 0
     assert "vllm:spec_decode_num_accepted_tokens_per_pos" in metrics
     assert requests.get(server + "/health", timeout=5).status_code == 200
+
+
+def test_infill_request_on_a_left_to_right_model_is_refused(server):
+    """Infill requests (``vllm_xargs.anyorder_infill``) need an AS-ARM: HTTP 400 here."""
+    r = requests.post(server + "/v1/completions", json={
+        "model": "tiny", "prompt": [5, 6, 7], "max_tokens": 2, "ignore_eos": True,
+        "vllm_xargs": {"anyorder_infill": [1, 3]}}, timeout=30)
+    assert r.status_code == 400 and "AS-ARM" in r.text, r.text
+    assert requests.get(server + "/health", timeout=5).status_code == 200
