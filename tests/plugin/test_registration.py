@@ -74,7 +74,7 @@ def test_register_twice_applies_the_front_end_patches_once():
                           and first.__wrapped__.__module__ == "vllm.engine.arg_utils",
         }))
     """, VLLM_PLUGINS="")
-    assert result["applied"] == ["cpu_expand_kernel", "method_names"]
+    assert result["applied"] == ["cpu_expand_kernel", "infill_requests", "method_names"]
     assert result["same_wrapper"] and result["kernel_same"]
     assert result["wrapped_by_us"] and result["wraps_vllm"]
 
@@ -89,15 +89,21 @@ def test_disabled_patch_is_skipped(monkeypatch):
         def create_speculative_config(self, target_model_config, target_parallel_config):
             return "stock"
 
+    class FakeInputProcessor:
+        def process_inputs(self, request_id, prompt, params, *args, **kwargs):
+            return "stock"
+
     stock = FakeEngineArgs.create_speculative_config
     kernels = SimpleNamespace(_expand_kernel_impl=lambda *a: None)
     stock_kernel = kernels._expand_kernel_impl
     monkeypatch.setattr(patches, "_APPLIED", set())
     monkeypatch.setattr(_compat, "engine_args_cls", lambda: FakeEngineArgs)
     monkeypatch.setattr(_compat, "cpu_triton_utils", lambda: kernels)
-    monkeypatch.setenv("VLLM_ANYORDER_DISABLE_PATCHES", " cpu_expand_kernel ,")
+    monkeypatch.setattr(_compat, "input_processor_cls", lambda: FakeInputProcessor)
+    monkeypatch.setenv("VLLM_ANYORDER_DISABLE_PATCHES", " cpu_expand_kernel ,infill_requests")
     patches.apply_front_end_patches()
     assert patches.applied() == {"method_names"}
+    assert FakeInputProcessor().process_inputs("r", None, None) == "stock"
     assert kernels._expand_kernel_impl is stock_kernel
     assert FakeEngineArgs.create_speculative_config is not stock
     # a non-dict speculative config goes straight to vLLM's method
