@@ -1,7 +1,8 @@
 """An AS-ARM request that vLLM preempts is recomputed as one prefill of prompt + outputs:
 the prompt rows must attend to the prompt only (bidirectionally) and the outputs causally
-(patch ``asarm_prompt_lens``). With a KV cache too small for the batch, plain decoding and
-greedy `assd` still equal the reference model's greedy decoding token for token."""
+(patch ``asarm_prompt_lens``), at their true positions for infill requests. With a KV cache
+too small for the batch, plain decoding and greedy `assd` still equal the reference model's
+greedy decoding token for token."""
 
 import random
 
@@ -26,8 +27,18 @@ def asarm(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def prompts():
+    """8 requests: continuations, and (odd ones) infill requests whose MAX_TOKENS masks are
+    scattered over the sequence (their recompute needs the position table too)."""
     rng = random.Random(0)
-    return [[rng.randrange(64) for _ in range(40 + i)] for i in range(8)]
+    out = []
+    for i in range(8):
+        prompt = [rng.randrange(64) for _ in range(40 + i)]
+        masked = None
+        if i % 2:
+            masked = rng.sample(range(len(prompt) + MAX_TOKENS), MAX_TOKENS)
+            masked = sorted(masked) if i % 4 == 1 else masked  # ascending or any order
+        out.append((prompt, masked))
+    return out
 
 
 def _greedy(asarm, prompts, **kw):
@@ -36,9 +47,11 @@ def _greedy(asarm, prompts, **kw):
 
     llm = make_llm(asarm, max_model_len=256, skip_tokenizer_init=True, **kw)
     try:
-        outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
-                            SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS,
-                                           ignore_eos=True), use_tqdm=False)
+        outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p, _ in prompts],
+                            [SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS,
+                                            ignore_eos=True,
+                                            extra_args=m and {"anyorder_infill": m})
+                             for _, m in prompts], use_tqdm=False)
         preemptions = sum(getattr(m, "value", 0) or 0 for m in llm.get_metrics()
                           if m.name == "vllm:num_preemptions")
     finally:
