@@ -4,11 +4,14 @@ The same checkpoint and semantics as the pure-PyTorch ``asarm.py`` (Guo & Ermon,
 App. D), laid out for vLLM's paged engine, which generates left to right:
 
 * The engine sequence is the generation order; the normal token rows are the **content
-  stream** (rotary at the true position = sequence index) and write the KV cache. The prompt
-  is visible: its prefill is bidirectional (``AsArmCPUBackend``), generated tokens are causal.
+  stream** (rotary at the true position: the sequence index, or for an infill request its
+  position table, ``attention_backends/asarm_positions.py``) and write the KV cache. The
+  prompt is visible: its prefill is bidirectional (``AsArmCPUBackend``), generated tokens
+  are causal.
 * At every layer the **query stream** runs the same attention op a second time over the same
   cache: a row per token row from the last prompt token on (earlier rows would predict
-  visible tokens), started from ``model.query_embed``, rotary at the NEXT position, no KV
+  visible tokens), started from ``model.query_embed``, rotary at the NEXT position (the
+  next masked position for an infill request), no KV
   write. Row j's logits are p(x_{pos_j + 1} | tokens up to pos_j): an AR model's logits, so
   vLLM's sampler and rejection sampler apply unchanged. The hidden states vLLM sees are the
   query stream's (zeros for rows without a query).
