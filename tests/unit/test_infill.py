@@ -68,6 +68,8 @@ def test_row_positions_of_a_mixed_batch():
     table = request_table(state)
     assert table.tolist() == [0, 3, 1, 2, 4, 5] and request_table(state) is table  # cached
     assert request_table(NS(sampling_params=NS(extra_args=None))) is None
+    bad = NS(sampling_params=NS(extra_args={"anyorder_infill": [1, 1]}), num_prompt_tokens=2)
+    assert request_table(bad) is None  # bypassed the front end: logged, never a crash
     cm = NS(num_reqs=2, query_start_loc_cpu=torch.tensor([0, 3, 6]),
             seq_lens=torch.tensor([6, 3]))
     content, query = row_positions(cm, [table, None], torch.tensor([1, 2, 5]))

@@ -20,6 +20,7 @@ metadata building, in input-batch row order; None when no infill request is in t
 from __future__ import annotations
 
 import contextvars
+import logging
 from typing import Any
 
 import torch
@@ -28,6 +29,7 @@ POSITION_TABLES: contextvars.ContextVar[list[torch.Tensor | None] | None] = \
     contextvars.ContextVar("anyorder_asarm_position_tables", default=None)
 
 _CACHE_ATTR = "_anyorder_position_table"
+logger = logging.getLogger("vllm_anyorder")
 
 
 def request_table(state: Any) -> torch.Tensor | None:
@@ -39,12 +41,18 @@ def request_table(state: Any) -> torch.Tensor | None:
     from vllm_anyorder import infill
 
     sp = getattr(state, "sampling_params", None)
-    masked = infill.parse(getattr(sp, "extra_args", None))  # checked by the front end
     table = None
-    if masked is not None:
-        num_prompt = int(getattr(state, "num_prompt_tokens", None) or len(state.prompt_token_ids))
-        full = infill.position_table(num_prompt, masked)
-        table = torch.tensor(full + [len(full)], dtype=torch.int64)
+    try:  # checked by the front end (patch infill_requests); a request that bypassed it
+        masked = infill.parse(getattr(sp, "extra_args", None))  # must not crash the engine
+        if masked is not None:
+            num_prompt = int(getattr(state, "num_prompt_tokens", None)
+                             or len(state.prompt_token_ids))
+            infill.check(masked, num_prompt)
+            full = infill.position_table(num_prompt, masked)
+            table = torch.tensor(full + [len(full)], dtype=torch.int64)
+    except infill.InfillError as exc:
+        logger.error("vllm_anyorder: request %s: malformed infill entry ignored (served as a "
+                     "continuation): %s", getattr(state, "req_id", "?"), exc)
     try:
         setattr(state, _CACHE_ATTR, table)
     except AttributeError:  # a state object without __dict__: recompute next time
