@@ -21,6 +21,10 @@ One round per request, n tokens decoded (the last one sampled but not yet in the
    float rounding) and a drafting round (2 forwards) commits >= 2 tokens: with drafts only
    when at least 2 tokens remain, a request never takes more forwards than tokens.
 
+Infill requests (``vllm_anyorder.infill``): "positions n.." are sequence indices; the
+drafting forward's rotary and the bigram neighbours use the request's true positions
+(``asarm_positions.request_table``), so drafts target the next masked positions.
+
 Per-request state: bigram counts (``ngram``) and diagnostics, keyed by request id, dropped
 when the request leaves the input batch.
 """
