@@ -128,7 +128,7 @@ class DllmProposer(AnyOrderProposer):
             self._written(st, a, e, logits[row + rows - 1])
             work.append((st, i, row, rows, e))
             row += rows
-        self._decide(runner, [(st, i, e) for st, i, _, _, e in work])
+        self._decide(runner, [(st, i, e - rows + 1, e) for st, i, _, rows, e in work])
         logits.fill_(float("-inf"))
         for st, _, row, rows, e in work:
             s, p = st.req.s, st.prompt_len
@@ -151,19 +151,24 @@ class DllmProposer(AnyOrderProposer):
         else:
             st.clean = min(st.clean, a)
 
-    def _needs(self, st: _State, e: int) -> bool:
-        g = e - st.prompt_len
-        req = st.req
-        return not req.finished and 0 <= g < req.s.max_tokens and \
-            int(req.canvas[g]) == req.s.mask_id
+    def _needs(self, st: _State, lo: int, hi: int) -> bool:
+        """Whether a token this step commits (positions lo..hi) or the rest of the bonus
+        token's block (the next step's drafts) is still undecided."""
+        req, p = st.req, st.prompt_len
+        g0, g1 = max(0, lo - p), min(hi - p, req.s.max_tokens - 1)
+        if g1 >= 0:
+            g1 = block_span(req.s, g1 // req.s.block_length)[1] - 1
+        return not req.finished and g1 >= g0 and \
+            bool((req.canvas[g0: g1 + 1] == req.s.mask_id).any())
 
     @torch.inference_mode()
-    def _decide(self, runner: Any, work: list[tuple[_State, int, int]]) -> None:
-        """Lock-step rounds over every request that must decide the token at position e."""
-        active = [(st, i, e) for st, i, e in work if self._needs(st, e)]
+    def _decide(self, runner: Any, work: list[tuple[_State, int, int, int]]) -> None:
+        """Lock-step rounds over every request with undecided tokens to commit (each round
+        one batched forward of all their plans' nodes)."""
+        active = [w for w in work if self._needs(w[0], w[2], w[3])]
         while active:
             jobs = []
-            for st, i, e in active:
+            for st, i, _, _ in active:
                 plan = st.req.plan()
                 if plan is not None:
                     jobs.append((st, i, plan))
@@ -171,7 +176,7 @@ class DllmProposer(AnyOrderProposer):
                 self._repair(runner, [(st, i, plan) for st, i, plan in jobs])
                 for (st, _, _), lg in zip(jobs, self._evaluate(runner, jobs)):
                     st.req.advance(lg)
-            active = [(st, i, e) for st, i, e in active if self._needs(st, e)]
+            active = [w for w in active if self._needs(w[0], w[2], w[3])]
 
     # ------------------------------------------------------------------ forwards
     def _context(self, runner: Any):
@@ -274,7 +279,9 @@ class DllmProposer(AnyOrderProposer):
         live = set(req_ids)
         for req_id in [r for r in self.states if r not in live]:
             st = self.states.pop(req_id)
-            self.finished.append({"req_id": req_id, "steps": st.steps,
+            self.finished.append({"req_id": req_id, "prompt_len": st.prompt_len,
+                                  "max_tokens": st.req.s.max_tokens,
+                                  "temperature": st.req.s.temperature, "steps": st.steps,
                                   "forwards": st.req.forwards, "nodes": st.req.nodes,
                                   "repairs": st.repairs})
         return chains
