@@ -17,6 +17,7 @@ from vllm_anyorder import config, methods
 
 logger = logging.getLogger("vllm_anyorder")
 
+_ARTICLE = {"autoregressive": "an", "diffusion": "a"}
 # Keys of additional_config["anyorder"] that are not per-method option blocks.
 _SECTION_KEYS = {"resolved"}
 
@@ -141,6 +142,7 @@ def _check_target(method: methods.MethodSpec, model_config) -> None:
         )
     if family != method.target_family:
         raise config.AnyOrderConfigError(
-            f"method '{method.name}' needs an {method.target_family} target, but "
+            f"method '{method.name}' needs {_ARTICLE[method.target_family]} "
+            f"{method.target_family} target, but "
             f"{model_config.model!r} ({getattr(hf, 'architectures', None)}) is a {family} model"
         )
