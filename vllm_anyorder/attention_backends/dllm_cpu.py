@@ -112,7 +112,8 @@ def scratch_plan(builder: Any, jobs: list[NodeJob], caches: list[torch.Tensor],
     real = torch.tensor([b for b in src if b >= 0], dtype=torch.long)
     scratch = []
     for cache in caches:
-        s = cache.new_empty((len(src),) + tuple(cache.shape[1:]))
+        # zeros, not empty: the op reads whole blocks and NaN garbage past seq_len leaks
+        s = cache.new_zeros((len(src),) + tuple(cache.shape[1:]))
         if copy.numel():
             s[copy] = cache[real.to(cache.device)]
         scratch.append(s)
