@@ -167,9 +167,13 @@ def apply_draft_probs_handover() -> None:
     ``self._draft_probs`` / ``self._draft_prob_req_ids`` exactly as vLLM does for EAGLE, so
     the next step's ``_get_spec_decode_draft_probs`` gathers row ``req_ids.index(r)`` for each
     request r with drafts. A proposer that returns None leaves vLLM's behaviour unchanged.
+    Also wraps ``_get_spec_decode_draft_probs`` (the gather): a request vLLM padded to
+    ``[token, -1 x k]`` gets a zero q row instead of turning q off for the whole step
+    (its -1 drafts are always rejected; recovery from (p - 0)+ = p, as without q).
     Checked: vLLM 0.32.0 (``v1/worker/gpu_model_runner.py:4748`` dispatch, ``:4778``
     custom_class branch, ``:5019-5023`` EAGLE hand-over, ``:4719`` gather, reset at ``:4356``
-    after ``_sample``).
+    after ``_sample``; padding ``v1/core/sched/scheduler.py:1131-1153,1371``; -1 drafts
+    rejected in ``v1/sample/rejection_sampler.py:865``).
     Remove: when ``custom_class`` proposers can return draft probabilities (e.g. vLLM calls
     ``take_last_draft_probs`` for every drafter).
     """
@@ -189,6 +193,36 @@ def apply_draft_probs_handover() -> None:
         return drafts
 
     cls.propose_draft_token_ids = propose_draft_token_ids
+
+    # vLLM pads a request with one token left to compute (a 1-token prompt, a resumed one)
+    # that joins running requests to [token, -1 x k] (``v1/core/sched/scheduler.py:1131``);
+    # with no probabilities for it, ``_get_spec_decode_draft_probs`` drops q for the WHOLE
+    # step (point-mass rule: still exact, but a first draft may be rejected, breaking
+    # Theorem 1). Its -1 drafts are always rejected and its recovered token comes from
+    # (p - q)+, so a zero q row for it is exactly vLLM's own treatment: hand one.
+    original_gather = cls._get_spec_decode_draft_probs
+
+    @functools.wraps(original_gather)
+    def _get_spec_decode_draft_probs(self, spec_decode_metadata):
+        import torch
+
+        ids = self._draft_prob_req_ids
+        if self._draft_probs is not None and ids is not None and \
+                hasattr(getattr(self, "drafter", None), "take_draft_probs"):
+            drafts = spec_decode_metadata.draft_token_ids.tolist()
+            start, padded = 0, []
+            for req_id, n in zip(self.input_batch.req_ids,
+                                 spec_decode_metadata.num_draft_tokens):
+                if n and req_id not in ids and all(t == -1 for t in drafts[start:start + n]):
+                    padded.append(req_id)
+                start += n
+            if padded:
+                zeros = self._draft_probs.new_zeros((len(padded),) + self._draft_probs.shape[1:])
+                self._draft_probs = torch.cat([self._draft_probs, zeros])
+                self._draft_prob_req_ids = list(ids) + padded
+        return original_gather(self, spec_decode_metadata)
+
+    cls._get_spec_decode_draft_probs = _get_spec_decode_draft_probs
 
 
 @_once("asarm_prompt_lens")

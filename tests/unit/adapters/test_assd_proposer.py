@@ -265,6 +265,9 @@ class FakeRunnerBase:
         self._draft_probs, self._draft_prob_req_ids = None, None
         return [[1, 2]]
 
+    def _get_spec_decode_draft_probs(self, spec_decode_metadata):
+        return self._draft_probs, self._draft_prob_req_ids
+
     def _build_attention_metadata(self, *args, **kwargs):
         from vllm_anyorder.attention_backends import asarm_cpu
 
@@ -295,6 +298,24 @@ def test_draft_probs_patch_hands_over_only_what_the_drafter_gives(fake_runner_cl
     runner.drafter = NS()  # another proposer: untouched
     runner.propose_draft_token_ids()
     assert runner._draft_probs is None
+
+
+def test_draft_probs_patch_gives_padded_requests_a_zero_q_row(fake_runner_cls):
+    """vLLM pads a 1-token request joining running ones to [token, -1 x k]; without a q row
+    for it vLLM would drop q for the whole step. Its row is zeros (its -1 drafts are always
+    rejected, recovery from p); a request with real drafts but no q is left alone."""
+    patches.apply_draft_probs_handover()
+    probs = torch.rand(1, 2, V)
+    runner = fake_runner_cls()
+    runner.drafter = NS(take_draft_probs=lambda: (["x"], probs))
+    runner.input_batch = NS(req_ids=["x", "pad", "y"])
+    runner._draft_probs, runner._draft_prob_req_ids = probs, ["x"]
+    md = NS(draft_token_ids=torch.tensor([4, 5, -1, -1]), num_draft_tokens=[2, 2, 0])
+    got, ids = runner._get_spec_decode_draft_probs(md)
+    assert ids == ["x", "pad"] and torch.equal(got[0], probs[0]) and not got[1].any()
+    runner._draft_probs, runner._draft_prob_req_ids = probs, ["x"]
+    md = NS(draft_token_ids=torch.tensor([4, 5, 7, 8]), num_draft_tokens=[2, 0, 2])
+    assert runner._get_spec_decode_draft_probs(md)[1] == ["x"]  # vLLM's fallback decides
 
 
 def test_prompt_lengths_patch_scopes_the_batch_prompt_lengths(fake_runner_cls):
