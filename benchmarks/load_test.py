@@ -247,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-model-len", type=int, default=512)
     ap.add_argument("--kv-tokens", type=int, default=768, help="KV cache size in tokens")
     ap.add_argument("--max-num-seqs", type=int, default=16)
+    ap.add_argument("--rounds", type=int, default=0, help="override the size's rounds")
     ap.add_argument("--out", default="")
     args = ap.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="load_"))
@@ -256,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
         from asarm_models import build_tiny_asarm
 
         models["asarm"] = str(build_tiny_asarm(workdir / "asarm", vocab_size=64))
-    report = run_all(args.methods.split(","), models, SIZES[args.size], workdir,
+    size = {**SIZES[args.size], **({"rounds": args.rounds} if args.rounds else {})}
+    report = run_all(args.methods.split(","), models, size, workdir,
                      max_model_len=args.max_model_len, kv_tokens=args.kv_tokens,
                      max_num_seqs=args.max_num_seqs)
     report["machine"] = f"{os.cpu_count()} CPUs, {psutil.virtual_memory().total >> 30} GiB"
