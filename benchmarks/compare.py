@@ -95,6 +95,8 @@ def compare(tag: str, target: Path, configs: list[Config], prompts: list[str], p
         if "query_forwards" in row:  # drafting forwards count too: tokens per model forward
             row["model_forwards"] = run.generated - run.accepted + row["query_forwards"]
             row["tokens_per_model_forward"] = run.generated / row["model_forwards"]
+        elif "model_forwards" in row:  # the probe counted every model forward itself
+            row["tokens_per_model_forward"] = run.generated / max(1, row["model_forwards"])
         if row.get("drafter_calls"):
             row["drafter_ms_per_step"] = 1e3 * row["drafter_seconds"] / row["drafter_calls"]
         rows.append(row)
@@ -123,7 +125,7 @@ def _print(rows: list[dict], describe: str, repeats: int) -> None:
     for r in rows:
         if "tokens_per_model_forward" in r:
             print(f"  {r['method']}: {r['tokens_per_model_forward']:.2f} tokens per model forward "
-                  f"counting its {r['query_forwards']} drafting forwards")
+                  f"({r['model_forwards']} model forwards, drafting included)")
     for r in rows:
         if r["accepted_per_position"]:
             print(f"  accepted by position, {r['method']}: {r['accepted_per_position'][:20]}")

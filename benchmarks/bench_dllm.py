@@ -1,0 +1,84 @@
+"""Benchmark the diffusion-LLM decoding policies in vLLM on `models/llada-dllm`: the static
+stepwise baseline (what the model gets without a speculative config), `ssd` at N = 3..5 (greedy
+chain and mix-order) and `freedave` at d = 2..8, same prompts, same block length and steps.
+
+Reports per configuration: model forwards per generated token (vLLM's own forward, which
+writes each committed block's K/V, plus the proposer's denoising / verification forwards,
+read from the model's counters; one request at a time, so a batched forward counts once for
+one request), engine steps per token, min/median wall clock over interleaved rounds, the
+ratio to the baseline, exact match against the baseline's output (the lossless reference).
+
+    .venv/bin/python benchmarks/bench_dllm.py [--block 32] [--prompts 8] [--max-tokens 128]
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import REPO, load_prompts  # noqa: E402
+from benchmarks.compare import Config, compare  # noqa: E402
+
+LLADA = REPO / "models" / "llada-dllm"
+
+
+def dllm_probe(llm) -> dict:
+    """Model forwards so far: vLLM's own (one per engine step) and the proposer's."""
+    def read(worker):
+        m = worker.model_runner.model
+        return {"engine_forwards": m.target_forwards, "row_forwards": m.row_forwards}
+
+    c = llm.collective_rpc(read)[0]
+    return {**c, "model_forwards": c["engine_forwards"] + c["row_forwards"]}
+
+
+def configs(block: int, steps: int, ns: list[int], ds: list[int]) -> list[Config]:
+    opts = {"block_length": block, "steps_per_block": steps}
+
+    def row(name, method, k=0, **extra):
+        spec = None if method == "stepwise" else {"method": method, "num_speculative_tokens": k}
+        return Config(name, spec, {"anyorder": {method: {**opts, **extra}}}, probe=dllm_probe,
+                      family=name.split(" ")[0], k=k)
+
+    rows = [row("stepwise (baseline)", "stepwise")]
+    rows += [row(f"ssd N={n}", "ssd", n) for n in ns]
+    rows += [row(f"ssd-mix N={n}", "ssd", n, mix_order=True) for n in ns[-1:]]
+    rows += [row(f"freedave d={d}", "freedave", d) for d in ds]
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", type=Path, default=LLADA)
+    ap.add_argument("--block", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=0, help="steps per block (0 = block length)")
+    ap.add_argument("--n", type=int, nargs="+", default=[3, 4, 5])
+    ap.add_argument("--d", type=int, nargs="+", default=[2, 4, 8])
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+
+    from vllm import SamplingParams
+
+    prompts = load_prompts(args.prompts)
+    params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True)
+    rows = compare("dllm", args.model, configs(args.block, args.steps, args.n, args.d), prompts,
+                   params, repeats=args.repeats, batch=1,
+                   describe=f"dLLM {args.model.name}; block {args.block}, "
+                            f"{args.steps or args.block} steps/block; {len(prompts)} prompts x "
+                            f"{args.max_tokens} tokens, one at a time, greedy, bf16")
+    base = rows[0]
+    print(f"\n{'method':<24}{'fwd/token':>10}{'steps/token':>12}{'fewer forwards':>16}")
+    for r in rows:
+        generated = r["tokens_per_s"] * r["seconds_median"]
+        fpt = r["model_forwards"] / generated
+        print(f"{r['method']:<24}{fpt:>10.3f}{r['engine_forwards'] / generated:>12.3f}"
+              f"{1 - r['model_forwards'] / base['model_forwards']:>15.0%}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
