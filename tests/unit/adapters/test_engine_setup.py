@@ -85,10 +85,23 @@ def test_other_methods_pass_through_unchanged(spec):
     assert out is additional and additional == before
 
 
-def test_other_methods_ignore_the_target_family():
+def test_vllm_methods_are_refused_on_a_diffusion_target():
+    """A dLLM decodes only through the plugin's dLLM methods; vLLM's own would run it as an
+    autoregressive model."""
     llada = model_config(["LLaDAModelLM"], "llada")
     spec = {"method": "ngram", "num_speculative_tokens": 4}
-    assert engine_setup.resolve(spec, None, llada) == (spec, None)
+    with pytest.raises(AnyOrderConfigError, match="cannot serve the diffusion model"):
+        engine_setup.resolve(spec, None, llada)
+    assert engine_setup.resolve(spec, None, AR) == (spec, None)
+
+
+def test_a_diffusion_target_without_speculative_config_gets_stepwise():
+    llada = model_config(["LLaDAModelLM"], "llada")
+    assert engine_setup.default_spec(llada) == {"method": "stepwise"}
+    assert engine_setup.default_spec(AR) is None
+    resolved, extra = engine_setup.resolve({"method": "stepwise"}, None, llada)
+    assert resolved["method"] == "custom_class" and resolved["num_speculative_tokens"] == 31
+    assert extra["anyorder"]["resolved"] == "stepwise"
 
 
 def test_dash_keys_are_normalised():
