@@ -130,6 +130,14 @@ class Server:
     def rss_mb(self) -> float:
         return sum(p.memory_info().rss for p in self.tree()) / 2 ** 20
 
+    def rss_by_process(self) -> dict[str, float]:
+        """RSS (MB) per process of the tree, by process title (APIServer, EngineCore, ...)."""
+        out: dict[str, float] = {}
+        for p in self.tree():
+            name = f"{p.name()}[{p.pid}]"
+            out[name] = round(p.memory_info().rss / 2 ** 20, 1)
+        return out
+
     def alive(self) -> bool:
         """The server and every process it had at start-up still run, and /health is 200."""
         if self.proc.poll() is not None or not self.children <= {p.pid for p in self.tree()}:
@@ -195,6 +203,7 @@ def run_method(method: str, models: dict[str, str], size: dict, workdir: Path,
             _settle(srv)
             state = _probe_state(srv, prompts[0][:8])
             rep["rounds"].append({"seconds": round(secs, 1), "rss_mb": round(srv.rss_mb(), 1),
+                                  "rss_by_process": srv.rss_by_process(),
                                   "containers": [s["containers"] for s in state],
                                   "alive": srv.alive()})
         if method != "reference":
