@@ -100,9 +100,10 @@ class Server:
         env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
         self._fh = open(self.log, "w")
         self.proc = subprocess.Popen(self.cmd, stdout=self._fh, stderr=subprocess.STDOUT, env=env)
-        deadline = time.time() + 300
+        deadline = time.time() + 600
         while time.time() < deadline:
             if self.proc.poll() is not None:
+                self.__exit__()
                 raise RuntimeError("server exited:\n" + self.log.read_text()[-3000:])
             try:
                 if httpx.get(self.base + "/health", timeout=2).status_code == 200:
@@ -111,16 +112,24 @@ class Server:
             except httpx.HTTPError:
                 pass
             time.sleep(1)
-        self.proc.kill()
+        self.__exit__()
         raise RuntimeError("server did not start:\n" + self.log.read_text()[-3000:])
 
     def __exit__(self, *exc) -> None:
+        """Stop the server, then any process of its tree that outlived it."""
+        try:
+            tree = self.tree()[1:]
+        except psutil.Error:
+            tree = []
         self.proc.terminate()
         try:
             self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        _, alive = psutil.wait_procs(tree, timeout=30)
+        for p in alive:
+            p.kill()
         self._fh.close()
 
     def tree(self) -> list[psutil.Process]:
