@@ -40,6 +40,7 @@ class Row:
     spec: dict  # speculative_config; "{drafter}" fixture names are resolved below
     extra: dict = field(default_factory=dict)  # additional_config
     fixtures: tuple[str, ...] = ()  # fixtures substituted into spec values "{name}"
+    ref_extra: dict = field(default_factory=dict)  # additional_config of the reference run
 
 
 METHODS = {
@@ -51,7 +52,21 @@ METHODS = {
                                                "temperature": 1.0, "seed": 3}}},
                     fixtures=("cyclic_drafter",)),
     "assd": Row("asarm_kv2", {"method": "assd", "num_speculative_tokens": 4}),
+    # diffusion LLM: the single-process run without speculation is its `stepwise` baseline
+    "ssd": Row("llada_kv2", {"method": "ssd", "num_speculative_tokens": 3},
+               {"anyorder": {"ssd": {"block_length": 8, "mix_order": True}}},
+               ref_extra={"anyorder": {"stepwise": {"block_length": 8}}}),
+    "freedave": Row("llada_kv2", {"method": "freedave", "num_speculative_tokens": 4},
+                    {"anyorder": {"freedave": {"block_length": 8}}},
+                    ref_extra={"anyorder": {"stepwise": {"block_length": 8}}}),
 }
+
+
+@pytest.fixture(scope="module")
+def llada_kv2(tmp_path_factory):
+    from tiny_models import build_tiny_dllm
+
+    return build_tiny_dllm(tmp_path_factory.mktemp("llada_ray"), "llada", seed=6)
 
 
 @pytest.fixture(scope="module")
@@ -134,10 +149,11 @@ def test_tp2_over_ray_equals_single_process(method, ray_head, single_process, re
     model = request.getfixturevalue(row.model)
     subs = {f"{{{name}}}": str(request.getfixturevalue(name)) for name in row.fixtures}
     spec = {k: subs.get(v, v) if isinstance(v, str) else v for k, v in row.spec.items()}
-    if row.model not in single_process:
-        llm = make_llm(model)
+    ref_key = (row.model, repr(row.ref_extra))
+    if ref_key not in single_process:
+        llm = make_llm(model, **({"additional_config": row.ref_extra} if row.ref_extra else {}))
         try:
-            single_process[row.model] = _greedy(llm)
+            single_process[ref_key] = _greedy(llm)
         finally:
             shutdown(llm)
     for key, value in ray_head.items():
@@ -153,7 +169,7 @@ def test_tp2_over_ray_equals_single_process(method, ray_head, single_process, re
         titles = [_cmdline(s["pid"]) for s in states]  # while the actors are alive
     finally:
         shutdown(llm)
-    assert got == single_process[row.model]
+    assert got == single_process[ref_key]
     assert [s["rank"] for s in states] == [0, 1]
     for s, title in zip(states, titles):  # register() ran inside each Ray worker actor
         assert s["registered"] and s["platform"] == "AnyorderCpuPlatform", s
