@@ -49,7 +49,8 @@ class Row:
 
 
 def rows(models: dict[str, str]) -> dict[str, Row]:
-    """Method -> server set-up. ``models``: ar (AR target), mdlm (its drafter), asarm."""
+    """Method -> server set-up. ``models``: ar (AR target), mdlm (its drafter), asarm, dllm
+    (a LLaDA / Dream checkpoint)."""
     return {
         "jacobi": Row("ar", {"method": "jacobi", "num_speculative_tokens": 8},
                       {"anyorder": {"jacobi": {"num_blocks": 2}}}),
@@ -57,6 +58,11 @@ def rows(models: dict[str, str]) -> dict[str, Row]:
                                "num_speculative_tokens": 8},
                         {"anyorder": {"specdiff": {"steps": 2}}}),
         "assd": Row("asarm", {"method": "assd", "num_speculative_tokens": 4}),
+        # diffusion LLM: its reference server (no speculative config) runs `stepwise` with
+        # the default block options, so these rows keep the defaults too
+        "ssd": Row("dllm", {"method": "ssd", "num_speculative_tokens": 3},
+                   {"anyorder": {"ssd": {"mix_order": True}}}),
+        "freedave": Row("dllm", {"method": "freedave", "num_speculative_tokens": 4}),
     }
 
 
@@ -69,10 +75,11 @@ def _free_port() -> int:
 def kv_bytes_for(model: str, tokens: int) -> int:
     """KV-cache bytes that hold ``tokens`` tokens of ``model`` in float32."""
     cfg = json.loads((Path(model) / "config.json").read_text())
-    heads = cfg["num_attention_heads"]
-    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
-    kv_heads = cfg.get("num_key_value_heads") or heads
-    return 2 * cfg["num_hidden_layers"] * kv_heads * head_dim * 4 * tokens
+    heads = cfg.get("num_attention_heads") or cfg["n_heads"]  # HF names, or LLaDA's
+    head_dim = cfg.get("head_dim") or (cfg.get("hidden_size") or cfg["d_model"]) // heads
+    kv_heads = cfg.get("num_key_value_heads") or cfg.get("n_kv_heads") or heads
+    layers = cfg.get("num_hidden_layers") or cfg["n_layers"]
+    return 2 * layers * kv_heads * head_dim * 4 * tokens
 
 
 class Server:
@@ -256,11 +263,12 @@ def verdict(rep: dict) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--methods", default="jacobi,specdiff,assd")
+    ap.add_argument("--methods", default="jacobi,specdiff,assd,ssd,freedave")
     ap.add_argument("--size", choices=sorted(SIZES), default="full")
     ap.add_argument("--ar", default=str(REPO / "models" / "ar-target"))
     ap.add_argument("--mdlm", default=str(REPO / "models" / "mdlm-drafter"))
     ap.add_argument("--asarm", default="", help="AS-ARM dir (default: a tiny random one)")
+    ap.add_argument("--dllm", default=str(REPO / "models" / "llada-dllm"))
     ap.add_argument("--prompts", default="", help="JSON list of prompts (default: benchmark split)")
     ap.add_argument("--max-model-len", type=int, default=512)
     ap.add_argument("--kv-tokens", type=int, default=768, help="KV cache size in tokens")
@@ -269,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="")
     args = ap.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="load_"))
-    models = {"ar": args.ar, "mdlm": args.mdlm, "asarm": args.asarm, "prompts": args.prompts}
+    models = {"ar": args.ar, "mdlm": args.mdlm, "asarm": args.asarm, "dllm": args.dllm,
+              "prompts": args.prompts}
     if not models["asarm"]:
         sys.path.insert(0, str(REPO / "tests"))
         from asarm_models import build_tiny_asarm

@@ -29,6 +29,7 @@ PROMPTS = ["abcdefghij klmnop\nabcdefghij", "hello world klmnop", "def f(x): ret
 @pytest.fixture(scope="module")
 def report(cyclic_llama, cyclic_drafter, tmp_path_factory):
     from asarm_models import build_tiny_asarm
+    from tiny_models import build_tiny_dllm
 
     sys.path.insert(0, str(REPO))
     from benchmarks import load_test
@@ -37,6 +38,7 @@ def report(cyclic_llama, cyclic_drafter, tmp_path_factory):
     (work / "prompts.json").write_text(json.dumps(PROMPTS))
     models = {"ar": str(cyclic_llama), "mdlm": str(cyclic_drafter),
               "asarm": str(build_tiny_asarm(work / "asarm", vocab_size=64)),
+              "dllm": str(build_tiny_dllm(work / "dream", "dream", seed=2)),
               "prompts": str(work / "prompts.json")}
     methods = sorted(load_test.rows(models))
     return load_test.run_all(methods, models, load_test.SIZES["small"], work,
@@ -45,7 +47,7 @@ def report(cyclic_llama, cyclic_drafter, tmp_path_factory):
 
 def test_every_method_holds_up(report):
     methods = [m for m in report if not m.startswith("reference")]
-    assert {"jacobi", "specdiff", "assd"} <= set(methods)
+    assert {"jacobi", "specdiff", "assd", "ssd", "freedave"} <= set(methods)
     for name, rep in report.items():
         assert rep["verdict"] == [], (name, rep["verdict"], rep["errors"][:3])
         assert rep["greedy_requests"] >= 5 and rep["requests"] == 24, name
