@@ -24,7 +24,7 @@ MAX_TOKENS = [20, 8, 40, 1, 13, 33]
 METHODS = {  # name -> (speculative config, options)
     "stepwise": (None, {}),
     "ssd": ({"method": "ssd", "num_speculative_tokens": 3}, {"mix_order": True}),
-    "freedave": ({"method": "freedave", "num_speculative_tokens": 4}, {}),
+    "freedave": ({"method": "freedave", "num_speculative_tokens": 4}, {"remasking": "random"}),
 }
 CASES = [("llada", m) for m in METHODS] + [("dream", m) for m in METHODS]
 
@@ -62,8 +62,9 @@ def engine(models):
 def _params(temperature=0.0, seeds=None):
     from vllm import SamplingParams
 
+    # seeded even when greedy: `random` remasking draws from the seed at temperature 0 too
     return [SamplingParams(temperature=temperature, max_tokens=m, ignore_eos=(i % 2 == 0),
-                           seed=None if seeds is None else seeds[i])
+                           seed=100 + i if seeds is None else seeds[i])
             for i, m in enumerate(MAX_TOKENS)]
 
 
@@ -72,7 +73,7 @@ def _generate(llm, prompts, params):
     return [list(o.outputs[0].token_ids) for o in outs]
 
 
-def _reference(path, kind, prompts, params):
+def _reference(path, kind, prompts, params, remasking="low_confidence"):
     """Engine-free stepwise decoding of the same weights, one request at a time."""
     import torch
 
@@ -86,7 +87,7 @@ def _reference(path, kind, prompts, params):
     for p, sp in zip(prompts, params):
         s = DllmSettings(mask_id=model.mask_token_id, max_tokens=sp.max_tokens,
                          block_length=BLOCK, steps_per_block=STEPS, temperature=sp.temperature,
-                         eos_id=None if sp.ignore_eos else 0)
+                         eos_id=None if sp.ignore_eos else 0, remasking=remasking)
         out.append(generate(model, [p], s, seeds=[sp.seed or 0])[0].tokens)
     return out
 
@@ -103,12 +104,12 @@ def _counters(llm):
 def references(models):
     cache = {}
 
-    def get(kind, temperature):
-        key = (kind, temperature)
+    def get(kind, temperature, remasking="low_confidence"):
+        key = (kind, temperature, remasking)
         if key not in cache:
             params = _params(temperature, seeds=[11 * i + 1 for i in range(len(PROMPTS))]
                              if temperature else None)
-            cache[key] = (params, _reference(models[kind], kind, PROMPTS, params))
+            cache[key] = (params, _reference(models[kind], kind, PROMPTS, params, remasking))
         return cache[key]
 
     return get
@@ -120,11 +121,12 @@ FORWARDS: dict = {}
 @pytest.mark.parametrize("kind,method", CASES)
 def test_outputs_equal_the_reference_decoder(engine, references, kind, method):
     llm = engine(kind, method)
-    params, want = references(kind, 0.0)
+    remasking = METHODS[method][1].get("remasking", "low_confidence")
+    params, want = references(kind, 0.0, remasking)
     assert _generate(llm, PROMPTS, params) == want  # batch 6
     assert _generate(llm, PROMPTS[:1], params[:1]) == want[:1]  # batch 1
     assert _generate(llm, PROMPTS[2:3], params[2:3]) == want[2:3]
-    sampled_params, sampled_want = references(kind, 0.9)
+    sampled_params, sampled_want = references(kind, 0.9, remasking)
     got = _generate(llm, PROMPTS, sampled_params)
     assert got == sampled_want
     assert got != want  # the seeds really changed the decisions
@@ -138,6 +140,37 @@ def test_outputs_equal_the_reference_decoder(engine, references, kind, method):
 
 
 @pytest.mark.parametrize("kind", ["llada", "dream"])
+def test_denoising_logits_equal_the_pytorch_reference(engine, models, kind):
+    """Every forward the proposer runs over vLLM's paged cache (node canvases of a window,
+    block-causal over the cached prefix) gives the logits the plain PyTorch model computes
+    for the same canvases under the same cache policy (``core.dllm_cache.BlockEvaluator``,
+    full recompute of prompt + canvas with the block-causal mask)."""
+    import torch
+
+    from vllm_anyorder.core.dllm_blocks import DllmSettings, Plan
+    from vllm_anyorder.core.dllm_cache import BlockEvaluator
+    from vllm_anyorder.model_executor.dream import DreamModel
+    from vllm_anyorder.model_executor.llada import LLaDAModel
+
+    llm = engine(kind, "ssd")  # chains of several nodes per forward
+    llm.collective_rpc(lambda w: setattr(w.model_runner.drafter, "trace", []))
+    _generate(llm, PROMPTS, _params())
+    trace = llm.collective_rpc(lambda w: w.model_runner.drafter.trace)[0]
+    model = (LLaDAModel if kind == "llada" else DreamModel).from_pretrained(models[kind],
+                                                                           torch.float32)
+    assert len(trace) > 20
+    for t in trace[:40]:
+        s = DllmSettings(mask_id=model.mask_token_id, max_tokens=t["nodes"].shape[1],
+                         block_length=BLOCK, steps_per_block=STEPS)
+        req = type("R", (), {"prompt": torch.tensor(t["prompt"])})()
+        want = BlockEvaluator(model, s, "prefix")([(req, Plan(
+            t["nodes"], t["window"]))])[0]
+        assert want.shape == t["logits"].shape
+        assert torch.allclose(t["logits"], want.float(), atol=2e-4, rtol=1e-4), \
+            (t["window"], (t["logits"] - want).abs().max())
+
+
+@pytest.mark.parametrize("kind", ["llada", "dream"])
 def test_forwards_never_exceed_the_baseline(kind):
     base = FORWARDS.get((kind, "stepwise"))
     if base is None:
@@ -148,6 +181,12 @@ def test_forwards_never_exceed_the_baseline(kind):
         # the ones both runs finished (each (prompt, max_tokens, temperature) is unique)
         keys = mine.keys() & base.keys()
         assert len(keys) >= len(PROMPTS) + 4
+        if METHODS[method][1].get("remasking", "low_confidence") != "low_confidence":
+            # another remasking rule ends at another EOS: compare the ignore_eos requests
+            # (even indices), whose baseline forward count is the whole schedule
+            full = {(len(p), m) for p, m in list(zip(PROMPTS, MAX_TOKENS))[::2]}
+            keys = {k for k in keys if k[:2] in full}
+            assert len(keys) >= 5
         assert all(mine[k] <= base[k] for k in keys), (method, mine, base)
         assert sum(mine[k] for k in keys) < sum(base[k] for k in keys), (method, mine, base)
 

@@ -69,6 +69,7 @@ class DllmProposer(AnyOrderProposer):
         self.mask_id, self.eos_id, self.shift = shape
         self.states: dict[str, _State] = {}
         self.finished: deque[dict] = deque(maxlen=4096)  # per-request counters (diagnostics)
+        self.trace: list[dict] | None = None  # tests: the logits of every evaluated plan
 
     def load_model(self, target_model: Any) -> None:
         super().load_model(target_model)
@@ -258,6 +259,9 @@ class DllmProposer(AnyOrderProposer):
                 out.append(lg[:, skip - 1: -1])
             else:  # ... or it is the last clean row: its logits are kept (the anchor)
                 out.append(torch.cat([st.anchor.expand(n, 1, -1), lg[:, :-1]], 1))
+            if self.trace is not None:
+                self.trace.append({"prompt": st.req.prompt.tolist(), "nodes": plan.nodes.clone(),
+                                   "window": plan.window, "logits": out[-1].clone()})
         return out
 
     # ------------------------------------------------------------------ drafts
