@@ -1,5 +1,4 @@
-"""`vllm-anyorder serve` on a diffusion LLM: with no speculative config (the `stepwise` baseline)
-and with `ssd`. Completions (token-id prompts, compared with the engine-free reference decoder),
+"""`vllm-anyorder serve` on a diffusion LLM with no speculative config (the `stepwise` baseline). Completions (token-id prompts, compared with the engine-free reference decoder),
 chat with the model's chat template, streaming that delivers the text as blocks commit, an
 aborted stream, and bad input that gets an HTTP error while the server keeps serving."""
 
@@ -14,7 +13,8 @@ from e2e.test_server import _free_port  # noqa: F401  (same loopback helpers)
 pytestmark = [pytest.mark.e2e, pytest.mark.server]
 
 
-@pytest.fixture(scope="module", params=["stepwise", "ssd"])
+# `ssd` / `freedave` behind the server: tests/e2e/test_load.py (against this stepwise server)
+@pytest.fixture(scope="module", params=["stepwise"])
 def dllm_server(tmp_path_factory, request):
     import os
     import subprocess
