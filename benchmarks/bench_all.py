@@ -6,7 +6,9 @@ Rows: no speculation; vLLM's `ngram` and `draft_model` (AR drafter); `jacobi` (o
 target, and on the Jacobi-distilled target against that target's own no-speculation run when
 models/ar-target-jacobi exists); `specdiff` (masked-diffusion drafter); `assd` (self and
 n-gram drafts) on the AS-ARM models/asarm against that model's own no-speculation run (its
-rows also report tokens per model forward counting the drafting forwards). Methods whose
+rows also report tokens per model forward counting the drafting forwards); the diffusion LLM
+models/llada-dllm decoded by `stepwise` (its baseline), `ssd` and `freedave` (against that
+baseline; model forwards per token from the model's counters). Methods whose
 models are not in models/ are listed as skipped. Prints a table, writes JSON + PNG plots (speed-up vs
 k, acceptance by position) to benchmarks/results/.
 
@@ -24,6 +26,7 @@ from benchmarks.common import DEFAULT_MODEL, REPO, load_prompts  # noqa: E402
 from benchmarks.compare import Config, compare  # noqa: E402
 
 DISTILLED = REPO / "models" / "ar-target-jacobi"
+from benchmarks.bench_dllm import LLADA, configs as dllm_configs  # noqa: E402
 
 
 def scoreboard(ks: list[int], quick: bool) -> tuple[list[Config], list[str]]:
@@ -47,7 +50,15 @@ def scoreboard(ks: list[int], quick: bool) -> tuple[list[Config], list[str]]:
                  for k in ([5] if quick else [3, 5])]
     else:
         skipped.append("assd: models/asarm not trained yet")
-    skipped.append("ssd, freedave: not in this scoreboard yet")
+    if LLADA.exists():  # dLLM rows, against the same dLLM's stepwise baseline
+        dllm = dllm_configs(32, 0, [4] if quick else [3, 5], [4] if quick else [2, 8])
+        for cfg in dllm:
+            cfg.model = LLADA
+            cfg.name = f"{cfg.name} (llada)"
+            cfg.reference = dllm[0].name
+        rows += dllm
+    else:
+        skipped.append("stepwise, ssd, freedave: models/llada-dllm not trained yet")
     return rows, skipped
 
 
