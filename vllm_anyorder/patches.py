@@ -9,6 +9,8 @@ anyorder method (they test for the plugin's proposer or method names first).
 +--------------------+------------------------------------------------------+---------+
 | method_names       | EngineArgs.create_speculative_config                 | register|
 | cpu_expand_kernel  | vllm.utils.cpu_triton_utils._expand_kernel_impl      | register|
+| cpu_padded_drafts  | vllm.utils.cpu_triton_utils.                         | register|
+|                    |   _rejection_random_sample_kernel_impl               |         |
 | verification_hook  | GPUModelRunner._sample                               | proposer|
 | cli_version_lookup | importlib.metadata.version (our CLI process only)    | cli     |
 | draft_probs        | GPUModelRunner.propose_draft_token_ids               | proposer|
@@ -120,6 +122,60 @@ def apply_cpu_expand_kernel() -> None:
         output[:total] = torch.repeat_interleave(values, counts).to(output.dtype)
 
     module._expand_kernel_impl = _expand_kernel_impl
+
+
+@_once("cpu_padded_drafts")
+def apply_cpu_padded_drafts() -> None:
+    """Make vLLM's CPU rejection kernel reject padded (-1) drafts, as the Triton kernel does.
+
+    Why: the scheduler pads a request that joins running ones with one token left to compute
+    (a 1-token prompt, a prefix-cache hit, a resumed request) to ``[token, -1 x k]``
+    (``v1/core/sched/scheduler.py:1131``). The Triton ``rejection_random_sample_kernel``
+    rejects a negative draft (``v1/sample/rejection_sampler.py:865``); the CPU build's C++
+    ``rejection_random_sample_kernel_impl`` does not check: it reads draft/target
+    probabilities at ``row * V - 1`` (the previous row's last entry, or out of bounds), may
+    "accept" the -1, and then commits a token recovered at a later padded position (a
+    distribution conditioned on a -1 input). Sampled requests then get wrong tokens and
+    speculative methods lose exactness on CPU (ASSD at temperature > 0; Lemma 1 counts).
+    What: wraps the module attribute before the CPU platform registers its kernel overrides:
+    runs the C++ kernel with negative drafts clamped to 0, then for every non-greedy request
+    whose first negative draft j was reached (output[j] written, i.e. nothing rejected
+    before j) sets output[j] to the recovered token of position j and clears the rest,
+    exactly the Triton kernel's result. Batches without negative drafts are untouched.
+    Checked: vLLM 0.32.0 (``utils/cpu_triton_utils.py:346``, ``platforms/cpu.py:683-721``).
+    Remove: once the C++ kernel rejects ``draft_token_id < 0``.
+    """
+    module = _compat.cpu_triton_utils()
+    if module is None or not hasattr(module, "_rejection_random_sample_kernel_impl"):
+        return
+    import inspect
+
+    original = module._rejection_random_sample_kernel_impl
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def _rejection_random_sample_kernel_impl(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        a = bound.arguments
+        drafts = a["draft_token_ids"]
+        negative = drafts < 0
+        if not bool(negative.any()):
+            return original(*bound.args, **bound.kwargs)
+        a["draft_token_ids"] = drafts.clamp(min=0)
+        original(*bound.args, **bound.kwargs)
+        out, recovered, greedy = a["output_token_ids"], a["recovered_token_ids"], a["is_greedy"]
+        ends = a["cu_num_draft_tokens"].tolist()
+        start = 0
+        for req, end in enumerate(ends):
+            first = negative[start:end].nonzero()
+            if len(first) and not (greedy is not None and bool(greedy[req])):
+                j = int(first[0])
+                if int(out[req, j]) != -1:  # position j reached: nothing rejected before
+                    out[req, j] = recovered[start + j]
+                    out[req, j + 1:] = -1
+            start = end
+
+    module._rejection_random_sample_kernel_impl = _rejection_random_sample_kernel_impl
 
 
 @_once("verification_hook")
@@ -465,6 +521,7 @@ def apply_front_end_patches() -> None:
     skip = disabled()
     for name, apply in (("method_names", apply_method_names),
                         ("cpu_expand_kernel", apply_cpu_expand_kernel),
+                        ("cpu_padded_drafts", apply_cpu_padded_drafts),
                         ("infill_requests", apply_infill_requests)):
         if name in skip:
             logger.warning("vllm_anyorder: patch %s disabled by environment", name)
@@ -483,6 +540,7 @@ def describe() -> list[dict[str, Any]]:
         for fn in (
             apply_method_names,
             apply_cpu_expand_kernel,
+            apply_cpu_padded_drafts,
             apply_verification_hook,
             apply_cli_version_lookup,
             apply_draft_probs_handover,

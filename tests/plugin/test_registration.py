@@ -74,7 +74,8 @@ def test_register_twice_applies_the_front_end_patches_once():
                           and first.__wrapped__.__module__ == "vllm.engine.arg_utils",
         }))
     """, VLLM_PLUGINS="")
-    assert result["applied"] == ["cpu_expand_kernel", "infill_requests", "method_names"]
+    assert result["applied"] == ["cpu_expand_kernel", "cpu_padded_drafts", "infill_requests",
+                                 "method_names"]
     assert result["same_wrapper"] and result["kernel_same"]
     assert result["wrapped_by_us"] and result["wraps_vllm"]
 
@@ -102,7 +103,7 @@ def test_disabled_patch_is_skipped(monkeypatch):
     monkeypatch.setattr(_compat, "input_processor_cls", lambda: FakeInputProcessor)
     monkeypatch.setenv("VLLM_ANYORDER_DISABLE_PATCHES", " cpu_expand_kernel ,infill_requests")
     patches.apply_front_end_patches()
-    assert patches.applied() == {"method_names"}
+    assert patches.applied() == {"method_names", "cpu_padded_drafts"}  # no such kernel: no-op
     assert FakeInputProcessor().process_inputs("r", None, None) == "stock"
     assert kernels._expand_kernel_impl is stock_kernel
     assert FakeEngineArgs.create_speculative_config is not stock

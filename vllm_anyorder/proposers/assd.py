@@ -74,12 +74,16 @@ class AssdProposer(AnyOrderProposer):
         self.drafted_tokens = 0  # drafts verified
         self.accepted_tokens = 0  # drafts accepted
         self._verified: dict[str, int] = {}
+        self._drafted: set[str] = set()  # requests the last ``propose`` drafted for
         self.trace: list[dict] | None = None
 
     def observe_verification(self, runner: Any, logits: Any, spec_decode_metadata: Any) -> None:
         super().observe_verification(runner, logits, spec_decode_metadata)
         counts = [] if spec_decode_metadata is None else spec_decode_metadata.num_draft_tokens
-        self._verified = {r: int(c) for r, c in zip(self.batch_req_ids(), counts) if c}
+        # only our drafts: vLLM pads a request joining running ones to [token, -1 x k]
+        # (never accepted); that is not a drafting round
+        self._verified = {r: int(c) for r, c in zip(self.batch_req_ids(), counts)
+                          if c and r in self._drafted}
 
     def load_model(self, target_model: Any) -> None:
         super().load_model(target_model)
@@ -97,6 +101,7 @@ class AssdProposer(AnyOrderProposer):
     def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu,
                 slot_mappings=None) -> list[list[int]]:
         self._handed = None
+        self._drafted = set()
         req_ids = self.batch_req_ids()
         runner = self._runner
         chains: list[list[int]] = [[] for _ in sampled_token_ids]
@@ -133,6 +138,7 @@ class AssdProposer(AnyOrderProposer):
                     probs[j, : plan.budget] = q[start:end]
                     start = end
                 self._handed = ([p.req_id for p in plans], probs)
+                self._drafted = {p.req_id for p in plans}
         return chains
 
     def _budget(self, runner: Any, req_id: str, committed: list[int], n: int) -> int:
