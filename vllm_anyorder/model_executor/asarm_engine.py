@@ -32,25 +32,32 @@ class AsArmEngineConfig:
 
     @staticmethod
     def verify_and_update_config(vllm_config) -> None:
-        from vllm.platforms import current_platform
+        bidirectional_prompt_settings(
+            vllm_config, "AnySubsetLlamaForCausalLM (anyorder_llama)", "an AS-ARM prompt")
 
-        if not current_platform.is_cpu():
-            raise ValueError(
-                "AnySubsetLlamaForCausalLM (anyorder_llama) runs on vLLM's CPU attention "
-                "backend only in this version of vllm-anyorder")
-        cache, sched = vllm_config.cache_config, vllm_config.scheduler_config
-        max_len = vllm_config.model_config.max_model_len
-        if sched.max_num_batched_tokens < max_len:
-            raise ValueError(
-                f"an AS-ARM prompt is attended bidirectionally and must be prefilled in one "
-                f"step: max_num_batched_tokens ({sched.max_num_batched_tokens}) must be >= "
-                f"max_model_len ({max_len}); raise it or lower max_model_len")
-        if cache.enable_prefix_caching or sched.enable_chunked_prefill:
-            logger.info("vllm_anyorder: AS-ARM model: prefix caching and chunked prefill "
-                        "disabled (the prompt is attended bidirectionally)")
-        cache.enable_prefix_caching = False
-        sched.enable_chunked_prefill = False
 
+def bidirectional_prompt_settings(vllm_config, model_name: str, prompt_kind: str) -> None:
+    """Engine settings of a model whose prompt is attended bidirectionally (AS-ARMs, dLLMs):
+    CPU attention backend only; the prompt is prefilled in one step (chunked prefill off,
+    ``max_num_batched_tokens >= max_model_len``) and its KV are never shared with another
+    prompt (prefix caching off)."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        raise ValueError(f"{model_name} runs on vLLM's CPU attention backend only in this "
+                         f"version of vllm-anyorder")
+    cache, sched = vllm_config.cache_config, vllm_config.scheduler_config
+    max_len = vllm_config.model_config.max_model_len
+    if sched.max_num_batched_tokens < max_len:
+        raise ValueError(
+            f"{prompt_kind} is attended bidirectionally and must be prefilled in one "
+            f"step: max_num_batched_tokens ({sched.max_num_batched_tokens}) must be >= "
+            f"max_model_len ({max_len}); raise it or lower max_model_len")
+    if cache.enable_prefix_caching or sched.enable_chunked_prefill:
+        logger.info("vllm_anyorder: %s: prefix caching and chunked prefill disabled (the "
+                    "prompt is attended bidirectionally)", model_name)
+    cache.enable_prefix_caching = False
+    sched.enable_chunked_prefill = False
 
 def register() -> None:
     """Make vLLM (and transformers' AutoConfig) load ``anyorder_llama`` checkpoints."""

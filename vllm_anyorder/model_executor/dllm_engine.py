@@ -29,24 +29,10 @@ class DllmEngineConfig:
 
     @staticmethod
     def verify_and_update_config(vllm_config) -> None:
-        from vllm.platforms import current_platform
+        from vllm_anyorder.model_executor.asarm_engine import bidirectional_prompt_settings
 
-        if not current_platform.is_cpu():
-            raise ValueError("LLaDA / Dream models run on vLLM's CPU attention backend only "
-                             "in this version of vllm-anyorder")
-        cache, sched = vllm_config.cache_config, vllm_config.scheduler_config
-        max_len = vllm_config.model_config.max_model_len
-        if sched.max_num_batched_tokens < max_len:
-            raise ValueError(
-                f"a diffusion LLM's prompt is attended bidirectionally and must be prefilled "
-                f"in one step: max_num_batched_tokens ({sched.max_num_batched_tokens}) must "
-                f"be >= max_model_len ({max_len}); raise it or lower max_model_len")
-        if cache.enable_prefix_caching or sched.enable_chunked_prefill:
-            logger.info("vllm_anyorder: diffusion LLM: prefix caching and chunked prefill "
-                        "disabled (the prompt is attended bidirectionally)")
-        cache.enable_prefix_caching = False
-        sched.enable_chunked_prefill = False
-
+        bidirectional_prompt_settings(vllm_config, "LLaDA / Dream models",
+                                      "a diffusion LLM's prompt")
 
 def register() -> None:
     from vllm import ModelRegistry
