@@ -2,16 +2,11 @@
 (streaming and not) returns the AS-ARM's greedy continuation (pure-PyTorch reference)."""
 
 import json
-import os
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 import requests
 
-from e2e.test_server import _free_port
+from e2e.conftest import serve
 
 pytestmark = [pytest.mark.e2e, pytest.mark.server]
 
@@ -27,37 +22,12 @@ def asarm(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(asarm, tmp_path_factory):
-    port = _free_port()
-    cli = Path(sys.executable).with_name("vllm-anyorder")
-    log = tmp_path_factory.mktemp("assd_server") / "server.log"
-    cmd = [str(cli), "serve", str(asarm), "--host", "127.0.0.1", "--port", str(port),
-           "--speculative-config", json.dumps({"method": "assd", "num_speculative_tokens": 4}),
-           "--additional-config", json.dumps({"anyorder": {"assd": {"drafter": "self"}}}),
-           "--enforce-eager", "--dtype", "float32", "--max-model-len", "512",
-           "--kv-cache-memory-bytes", str(1 << 28), "--served-model-name", "tiny"]
-    with open(log, "w") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT,
-                                env={**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"})
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 240
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            pytest.fail("server exited:\n" + log.read_text()[-4000:])
-        try:
-            if requests.get(base + "/health", timeout=2).status_code == 200:
-                break
-        except requests.ConnectionError:
-            pass
-        time.sleep(1)
-    else:
-        proc.kill()
-        pytest.fail("server did not start:\n" + log.read_text()[-4000:])
-    yield base
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    args = ["--speculative-config", json.dumps({"method": "assd", "num_speculative_tokens": 4}),
+            "--additional-config", json.dumps({"anyorder": {"assd": {"drafter": "self"}}}),
+            "--enforce-eager", "--dtype", "float32", "--max-model-len", "512",
+            "--kv-cache-memory-bytes", str(1 << 28), "--served-model-name", "tiny"]
+    with serve(asarm, args, tmp_path_factory.mktemp("assd_server") / "server.log") as base:
+        yield base
 
 
 @pytest.fixture(scope="module")

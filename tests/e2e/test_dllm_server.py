@@ -8,7 +8,7 @@ import pytest
 import requests
 
 from e2e.test_dllm_decoding import BLOCK, STEPS
-from e2e.test_server import _free_port  # noqa: F401  (same loopback helpers)
+from e2e.conftest import serve
 
 pytestmark = [pytest.mark.e2e, pytest.mark.server]
 
@@ -16,49 +16,18 @@ pytestmark = [pytest.mark.e2e, pytest.mark.server]
 # `ssd` / `freedave` behind the server: tests/e2e/test_load.py (against this stepwise server)
 @pytest.fixture(scope="module", params=["stepwise"])
 def dllm_server(tmp_path_factory, request):
-    import os
-    import subprocess
-    import sys
-    import time
-    from pathlib import Path
-
     from tiny_models import build_tiny_dllm
 
     path = build_tiny_dllm(tmp_path_factory.mktemp("dream"), "dream", seed=2)
     method = request.param
     extra = {"anyorder": {method: {"block_length": BLOCK, "steps_per_block": STEPS}}}
-    port = _free_port()
-    cli = Path(sys.executable).with_name("vllm-anyorder")
-    log = tmp_path_factory.mktemp("server") / "server.log"
-    cmd = [str(cli), "serve", str(path), "--host", "127.0.0.1", "--port", str(port),
-           "--additional-config", json.dumps(extra), "--enforce-eager", "--dtype", "float32",
-           "--max-model-len", "256", "--max-num-batched-tokens", "256",
-           "--kv-cache-memory-bytes", str(1 << 26), "--served-model-name", "tiny"]
+    args = ["--additional-config", json.dumps(extra), "--enforce-eager", "--dtype", "float32",
+            "--max-model-len", "256", "--max-num-batched-tokens", "256",
+            "--kv-cache-memory-bytes", str(1 << 26), "--served-model-name", "tiny"]
     if method == "ssd":
-        cmd += ["--speculative-config", json.dumps({"method": "ssd", "num_speculative_tokens": 3})]
-    env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"}
-    with open(log, "w") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 240
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            pytest.fail("server exited:\n" + log.read_text()[-4000:])
-        try:
-            if requests.get(base + "/health", timeout=2).status_code == 200:
-                break
-        except requests.ConnectionError:
-            pass
-        time.sleep(1)
-    else:
-        proc.kill()
-        pytest.fail("server did not start:\n" + log.read_text()[-4000:])
-    yield base, path
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+        args += ["--speculative-config", json.dumps({"method": "ssd", "num_speculative_tokens": 3})]
+    with serve(path, args, tmp_path_factory.mktemp("server") / "server.log") as base:
+        yield base, path
 
 
 def _reference(path, prompt, max_tokens, seed=0, temperature=0.0):

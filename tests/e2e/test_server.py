@@ -3,23 +3,13 @@ endpoints, streaming and not, over real HTTP on loopback; greedy text equals pla
 decoding of the model."""
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 import requests
 
+from e2e.conftest import serve
+
 pytestmark = [pytest.mark.e2e, pytest.mark.server]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _method_args(method: str, request) -> tuple[dict, dict]:
@@ -34,36 +24,11 @@ def _method_args(method: str, request) -> tuple[dict, dict]:
 @pytest.fixture(scope="module", params=["jacobi", "specdiff"])
 def server(cyclic_llama, tmp_path_factory, request):
     spec, extra = _method_args(request.param, request)
-    port = _free_port()
-    cli = Path(sys.executable).with_name("vllm-anyorder")
-    log = tmp_path_factory.mktemp("server") / "server.log"
-    cmd = [str(cli), "serve", str(cyclic_llama), "--host", "127.0.0.1", "--port", str(port),
-           "--speculative-config", json.dumps(spec), "--additional-config", json.dumps(extra),
-           "--enforce-eager", "--dtype", "float32", "--max-model-len", "512",
-           "--kv-cache-memory-bytes", str(1 << 28), "--served-model-name", "tiny"]
-    env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"}
-    with open(log, "w") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 240
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            pytest.fail("server exited:\n" + log.read_text()[-4000:])
-        try:
-            if requests.get(base + "/health", timeout=2).status_code == 200:
-                break
-        except requests.ConnectionError:
-            pass
-        time.sleep(1)
-    else:
-        proc.kill()
-        pytest.fail("server did not start:\n" + log.read_text()[-4000:])
-    yield base
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    args = ["--speculative-config", json.dumps(spec), "--additional-config", json.dumps(extra),
+            "--enforce-eager", "--dtype", "float32", "--max-model-len", "512",
+            "--kv-cache-memory-bytes", str(1 << 28), "--served-model-name", "tiny"]
+    with serve(cyclic_llama, args, tmp_path_factory.mktemp("server") / "server.log") as base:
+        yield base
 
 
 @pytest.fixture(scope="module")
