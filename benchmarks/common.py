@@ -77,18 +77,26 @@ def make_engine(model: Path, speculative_config: dict | None = None,
     return LLM(str(model), **kwargs)
 
 
-def timed_generate(llm, name: str, prompts: list[str], params, warmup: bool = True,
+def params_for(params, start: int, stop: int):
+    """The sampling parameters of prompts[start:stop]: ``params`` is one ``SamplingParams``
+    for every prompt or a list with one per prompt (e.g. infill requests)."""
+    return params[start:stop] if isinstance(params, list) else params
+
+
+def timed_generate(llm, name: str, prompts: list, params, warmup: bool = True,
                    batch: int = 0) -> Run:
     """Generate and time; ``batch=0`` submits all prompts at once, ``batch=b`` submits them
-    b at a time (``batch=1``: one request at a time, the latency setting)."""
+    b at a time (``batch=1``: one request at a time, the latency setting). ``prompts``: text
+    or vLLM prompt dicts; ``params``: one ``SamplingParams`` or a list, one per prompt."""
     if warmup:
-        llm.generate(prompts[:2], params, use_tqdm=False)
+        llm.generate(prompts[:2], params_for(params, 0, 2), use_tqdm=False)
     before = _spec_counters(llm)
     step = batch or len(prompts)
     t0 = time.perf_counter()
     outs = []
     for i in range(0, len(prompts), step):
-        outs += llm.generate(prompts[i : i + step], params, use_tqdm=False)
+        outs += llm.generate(prompts[i : i + step], params_for(params, i, i + step),
+                             use_tqdm=False)
     seconds = time.perf_counter() - t0
     after = _spec_counters(llm)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from benchmarks.common import REPO, close, machine, make_engine, timed_generate
+from benchmarks.common import REPO, close, machine, make_engine, params_for, timed_generate
 
 # workers are asked for drafter diagnostics with collective_rpc(function)
 os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
@@ -53,7 +53,7 @@ def assd_probe(llm) -> dict:
     return llm.collective_rpc(read)[0]
 
 
-def compare(tag: str, target: Path, configs: list[Config], prompts: list[str], params,
+def compare(tag: str, target: Path, configs: list[Config], prompts: list, params,
             repeats: int = 3, batch: int = 0, describe: str = "",
             plots: bool = True) -> list[dict]:
     from tqdm import tqdm
@@ -65,7 +65,8 @@ def compare(tag: str, target: Path, configs: list[Config], prompts: list[str], p
     for cfg in tqdm(configs, desc="engines (start + acceptance pass)"):
         llm = make_engine(cfg.model or target, cfg.speculative_config, cfg.additional_config)
         engines[cfg.name] = llm
-        llm.generate(prompts[:2], params, use_tqdm=False)  # warm-up, outside the probe too
+        # warm-up, outside the probe too
+        llm.generate(prompts[:2], params_for(params, 0, 2), use_tqdm=False)
         before = cfg.probe(llm) if cfg.probe else {}
         first[cfg.name] = timed_generate(llm, cfg.name, prompts, params, warmup=False, batch=batch)
         after = cfg.probe(llm) if cfg.probe else {}
@@ -87,7 +88,8 @@ def compare(tag: str, target: Path, configs: list[Config], prompts: list[str], p
         row = dict(
             method=name, family=cfg.family or name, k=cfg.k, reference=reference,
             seconds_min=min(seconds[name]), seconds_median=med,
-            tokens_per_s=run.generated / med, speedup_vs_nospec=base_med / med,
+            generated=run.generated, tokens_per_s=run.generated / med,
+            speedup_vs_nospec=base_med / med,
             tokens_per_target_forward=run.mean_acceptance_length,
             accepted_per_position=run.accepted_per_pos, target_forwards_with_drafts=run.drafts,
             exact_match=sum(a == b for a, b in zip(run.outputs, ref)) / len(ref),
