@@ -27,14 +27,47 @@ def build_tiny_asarm(path: Path, *, vocab_size: int = 64, seed: int = 1, std: fl
     return path
 
 
+def build_tiny_xlnet(path: Path, *, vocab_size: int = 64, seed: int = 1, std: float = 0.3,
+                     tokenizer: bool = True) -> Path:
+    """Random fp32 XLNet AS-ARM (``XLNetLMHeadModel``: d_model 64, 2 layers, 2 heads of 32,
+    d_inner 128, vocab ``vocab_size``) with the char tokenizer; EOS id 0."""
+    from tiny_models import write_char_tokenizer
+
+    from vllm_anyorder.model_executor.xlnet_asarm import random_xlnet
+
+    path = Path(path)
+    if (path / "config.json").exists():
+        return path
+    model = random_xlnet(vocab_size, seed=seed, d_model=64, n_layer=2, n_head=2, d_inner=128,
+                         std=std)
+    model.config.eos_token_id, model.config.pad_token_id = 0, 1
+    model.save_pretrained(path)
+    if tokenizer:
+        write_char_tokenizer(path, vocab_size)
+    return path
+
+
+def load_reference(path):
+    """The engine-free AS-ARM of a checkpoint of either format (Llama-based or XLNet)."""
+    import json
+
+    config = json.loads((Path(path) / "config.json").read_text())
+    if "XLNetLMHeadModel" in (config.get("architectures") or []):
+        from vllm_anyorder.model_executor.xlnet_asarm import XLNetAsArm
+
+        return XLNetAsArm.from_pretrained(
+            path, banned_token_ids=config.get("anyorder_banned_token_ids") or ())
+    from vllm_anyorder.model_executor.asarm import load
+
+    return load(path)
+
+
 class Conditionals:
     """Exact p(next | prompt, generated prefix) and the drafting distributions
     q(x_{n+i} | decoded prefix) of an AS-ARM checkpoint (fp64 log-softmax inputs)."""
 
     def __init__(self, path) -> None:
-        from vllm_anyorder.model_executor.asarm import load
-
-        self.model = load(path)
+        self.model = load_reference(path)
         self._cache: dict = {}
 
     def logits(self, prompt, generated, query_offsets=(0,)):

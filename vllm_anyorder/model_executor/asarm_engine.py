@@ -1,8 +1,9 @@
-"""Registration and engine settings of the AS-ARM model class (``anyorder_llama``).
+"""Registration and engine settings of the AS-ARM model classes (``anyorder_llama``, XLNet).
 
 ``register()`` (called from the plugin's ``register()`` in every vLLM process) makes vLLM
-load ``anyorder_llama`` checkpoints: transformers' ``AutoConfig`` learns the model type, the
-architecture maps lazily to ``asarm_vllm:AnySubsetLlamaForCausalLM``, and vLLM's
+load ``anyorder_llama`` checkpoints (transformers' ``AutoConfig`` learns the model type, the
+architecture maps lazily to ``asarm_vllm:AnySubsetLlamaForCausalLM``) and XLNet checkpoints
+(``XLNetLMHeadModel`` -> ``xlnet_vllm:XLNetAnySubsetLM``, served as AS-ARMs), and vLLM's
 per-architecture config hook table gets :class:`AsArmEngineConfig`, which runs in the
 front-end process while the engine config is built (before any engine process starts).
 
@@ -15,8 +16,12 @@ import logging
 
 logger = logging.getLogger("vllm_anyorder")
 
-ARCHITECTURES = ("AnySubsetLlamaForCausalLM",)  # == model_executor.asarm.ARCHITECTURE
-MODEL_CLASS = "vllm_anyorder.model_executor.asarm_vllm:AnySubsetLlamaForCausalLM"
+MODEL_CLASSES = {  # architecture -> vLLM model class
+    "AnySubsetLlamaForCausalLM":  # == model_executor.asarm.ARCHITECTURE
+        "vllm_anyorder.model_executor.asarm_vllm:AnySubsetLlamaForCausalLM",
+    "XLNetLMHeadModel": "vllm_anyorder.model_executor.xlnet_vllm:XLNetAnySubsetLM",
+}
+ARCHITECTURES = tuple(MODEL_CLASSES)
 
 
 class AsArmEngineConfig:
@@ -34,6 +39,22 @@ class AsArmEngineConfig:
     def verify_and_update_config(vllm_config) -> None:
         bidirectional_prompt_settings(
             vllm_config, "AnySubsetLlamaForCausalLM (anyorder_llama)", "an AS-ARM prompt")
+
+
+class XLNetEngineConfig(AsArmEngineConfig):
+    """The AS-ARM settings, plus the XLNet options this engine implements: bidirectional
+    relative attention (``attn_type="bi"``) without ``bi_data`` (a pre-training option)."""
+
+    @staticmethod
+    def verify_and_update_config(vllm_config) -> None:
+        hf = vllm_config.model_config.hf_config
+        if getattr(hf, "attn_type", "bi") != "bi" or getattr(hf, "bi_data", False):
+            raise ValueError(
+                f"XLNetLMHeadModel as an AS-ARM needs attn_type='bi' and bi_data=False "
+                f"(got attn_type={getattr(hf, 'attn_type', None)!r}, "
+                f"bi_data={getattr(hf, 'bi_data', None)!r})")
+        bidirectional_prompt_settings(vllm_config, "XLNetLMHeadModel (AS-ARM)",
+                                      "an AS-ARM prompt")
 
 
 def bidirectional_prompt_settings(vllm_config, model_name: str, prompt_kind: str) -> None:
@@ -60,18 +81,20 @@ def bidirectional_prompt_settings(vllm_config, model_name: str, prompt_kind: str
     sched.enable_chunked_prefill = False
 
 def register() -> None:
-    """Make vLLM (and transformers' AutoConfig) load ``anyorder_llama`` checkpoints."""
+    """Make vLLM (and transformers' AutoConfig) load AS-ARM checkpoints (both formats)."""
     from vllm import ModelRegistry
 
     from vllm_anyorder import _compat
-    from vllm_anyorder.model_executor import asarm_hf_config
+    from vllm_anyorder.model_executor import asarm_hf_config, xlnet_hf_config
 
     asarm_hf_config.register()
+    xlnet_hf_config.register()
     hooks = _compat.models_config_map()
-    for arch in ARCHITECTURES:
+    for arch, model_class in MODEL_CLASSES.items():
         if arch not in ModelRegistry.get_supported_archs():
-            ModelRegistry.register_model(arch, MODEL_CLASS)
-        hooks.setdefault(arch, AsArmEngineConfig)
+            ModelRegistry.register_model(arch, model_class)
+        hooks.setdefault(arch, XLNetEngineConfig if arch == "XLNetLMHeadModel"
+                         else AsArmEngineConfig)
 
 
 def is_asarm(hf_config) -> bool:
@@ -92,8 +115,7 @@ def check_assd_target(cfg, target_model_config) -> None:
             f"method 'assd' needs an any-subset autoregressive (AS-ARM) target: it drafts "
             f"with the model's query stream. {getattr(target_model_config, 'model', '?')!r} "
             f"has architectures {getattr(hf, 'architectures', None)} (model_type "
-            f"{getattr(hf, 'model_type', None)!r}); expected {list(ARCHITECTURES)} "
-            f"(model_type 'anyorder_llama')")
+            f"{getattr(hf, 'model_type', None)!r}); expected one of {list(ARCHITECTURES)}")
     if cfg.drafter == "self" and cfg.k == 2:
         logger.warning(
             "vllm_anyorder: assd with k=2: Guo & Ermon advise k > 2 (a round of two "
