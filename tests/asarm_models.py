@@ -28,9 +28,12 @@ def build_tiny_asarm(path: Path, *, vocab_size: int = 64, seed: int = 1, std: fl
 
 
 def build_tiny_xlnet(path: Path, *, vocab_size: int = 64, seed: int = 1, std: float = 0.3,
-                     tokenizer: bool = True) -> Path:
+                     attn_gain: float = 1.0, tokenizer: bool = True) -> Path:
     """Random fp32 XLNet AS-ARM (``XLNetLMHeadModel``: d_model 64, 2 layers, 2 heads of 32,
-    d_inner 128, vocab ``vocab_size``) with the char tokenizer; EOS id 0."""
+    d_inner 128, vocab ``vocab_size``) with the char tokenizer; EOS id 0. ``attn_gain``
+    scales the q, k and r projections: sharper, more position-dependent attention, so the
+    next token depends more on the last decoded ones."""
+    import torch
     from tiny_models import write_char_tokenizer
 
     from vllm_anyorder.model_executor.xlnet_asarm import random_xlnet
@@ -40,6 +43,10 @@ def build_tiny_xlnet(path: Path, *, vocab_size: int = 64, seed: int = 1, std: fl
         return path
     model = random_xlnet(vocab_size, seed=seed, d_model=64, n_layer=2, n_head=2, d_inner=128,
                          std=std)
+    with torch.no_grad():
+        for name, param in model.model.named_parameters():
+            if name.rsplit(".", 1)[-1] in ("q", "k", "r") and ".rel_attn." in name:
+                param.mul_(attn_gain)
     model.config.eos_token_id, model.config.pad_token_id = 0, 1
     model.save_pretrained(path)
     if tokenizer:

@@ -1,4 +1,5 @@
-"""The AS-ARM model class in vLLM and greedy `assd` on it.
+"""The AS-ARM model classes in vLLM (both formats: Llama-based ``anyorder_llama`` and
+XLNet ``XLNetLMHeadModel``, every test runs on each) and greedy `assd` on them.
 
 * The plain model (no speculation) is the sequential reference: its logits at every
   generated position equal the pure-PyTorch reference (``model_executor/asarm.py``) for the
@@ -35,11 +36,13 @@ PROMPTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def asarm64(tmp_path_factory):
-    from asarm_models import build_tiny_asarm
+@pytest.fixture(scope="module", params=["llama", "xlnet"])
+def asarm64(tmp_path_factory, request):
+    from asarm_models import build_tiny_asarm, build_tiny_xlnet
 
-    return build_tiny_asarm(tmp_path_factory.mktemp("asarm64"), vocab_size=64, seed=1, std=0.3)
+    build = build_tiny_asarm if request.param == "llama" else build_tiny_xlnet
+    return build(tmp_path_factory.mktemp(f"asarm64-{request.param}"), vocab_size=64, seed=1,
+                 std=0.3)
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +81,8 @@ def test_engine_settings_for_a_bidirectional_prompt(engines):
     cfg = engines("base").llm_engine.vllm_config
     assert cfg.cache_config.enable_prefix_caching is False
     assert cfg.scheduler_config.enable_chunked_prefill is False
-    assert type(cfg.model_config.hf_config).__name__ == "AnyOrderLlamaConfig"
+    assert type(cfg.model_config.hf_config).__name__ in ("AnyOrderLlamaConfig",
+                                                          "XLNetAsArmConfig")
 
 
 def test_plain_model_logits_match_the_reference(engines, cond):

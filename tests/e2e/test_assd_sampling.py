@@ -22,14 +22,18 @@ pytestmark = pytest.mark.e2e
 K = 3
 
 
-@pytest.fixture(scope="module")
-def asarm16(tmp_path_factory):
-    from asarm_models import build_tiny_asarm
+@pytest.fixture(scope="module", params=["llama", "xlnet"])
+def asarm16(tmp_path_factory, request):
+    """Both AS-ARM formats (Llama-based, XLNet). Seed/std picked so q(x_{n+1} | prefix) and
+    p(x_{n+1} | prefix, d_1) differ (~20% of second drafts rejected) and the first token is
+    far from deterministic."""
+    from asarm_models import build_tiny_asarm, build_tiny_xlnet
 
-    # seed/std picked so q(x_{n+1} | prefix) and p(x_{n+1} | prefix, d_1) differ (~20% of
-    # second drafts rejected) and the first token is far from deterministic
-    return build_tiny_asarm(tmp_path_factory.mktemp("asarm16"), vocab_size=16, seed=3,
-                            std=0.5, tokenizer=False)
+    path = tmp_path_factory.mktemp(f"asarm16-{request.param}")
+    if request.param == "xlnet":  # sharper attention: ~20% of second drafts rejected
+        return build_tiny_xlnet(path, vocab_size=16, seed=3, std=0.5, attn_gain=4.0,
+                                tokenizer=False)
+    return build_tiny_asarm(path, vocab_size=16, seed=3, std=0.5, tokenizer=False)
 
 
 @pytest.fixture(scope="module")
