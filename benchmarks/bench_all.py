@@ -12,7 +12,12 @@ baseline; model forwards per token from the model's counters). Methods whose
 models are not in models/ are listed as skipped. Prints a table, writes JSON + PNG plots (speed-up vs
 k, acceptance by position) to benchmarks/results/.
 
-    .venv/bin/python benchmarks/bench_all.py [--batch 1] [--prompts 8] [--quick]
+Rows run in groups, one reference row (a no-spec / stepwise run) with the rows compared with
+it, one group after the other in this one run: only that group's engines are alive (each is
+two processes, ~1.1 GB of its own, ~1.5 GB RSS), at most --max-engines at once (a bigger
+group runs in chunks that all keep its reference's engine and time it in their rounds).
+
+    .venv/bin/python benchmarks/bench_all.py [--batch 1] [--prompts 8] [--quick] [--max-engines 8]
 """
 
 import argparse
@@ -71,6 +76,8 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--batch", type=int, default=1, help="requests submitted together (0 = all)")
     ap.add_argument("--quick", action="store_true", help="one k per method (smoke run)")
+    ap.add_argument("--max-engines", type=int, default=8,
+                    help="engines alive at once (~1.1 GB each; 0 = a whole group)")
     args = ap.parse_args()
 
     from vllm import SamplingParams
@@ -82,6 +89,7 @@ def main() -> int:
     prompts = load_prompts(args.prompts)
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
     compare("all", args.model, rows, prompts, params, repeats=args.repeats, batch=args.batch,
+            max_engines=args.max_engines,
             describe=f"target {args.model.name}; {len(prompts)} prompts x {args.max_tokens} tokens "
                      f"(batch {args.batch or 'all'}), greedy, bf16")
     return 0

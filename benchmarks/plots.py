@@ -34,7 +34,7 @@ def write_plots(rows: list[dict], out_prefix: Path, title: str) -> list[Path]:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for r in rows:
         per_pos, drafts = r["accepted_per_position"], r["target_forwards_with_drafts"]
-        if per_pos and drafts:
+        if per_pos and drafts and "engine_forwards" not in r:  # dLLM rows: block commits, not drafts
             ax.plot(range(1, len(per_pos) + 1), [a / drafts for a in per_pos], marker=".",
                     label=r["method"])
     ax.set_xlabel("draft position")
