@@ -57,3 +57,48 @@ def test_asarm_engine_settings_override_prefix_caching_and_chunked_prefill(asarm
     assert cfg.cache_config.enable_prefix_caching is False
     assert cfg.scheduler_config.enable_chunked_prefill is False
     assert cfg.model_config.architecture == "AnySubsetLlamaForCausalLM"
+
+
+@pytest.fixture(scope="module")
+def xlnet(tmp_path_factory):
+    from asarm_models import build_tiny_xlnet
+
+    return build_tiny_xlnet(tmp_path_factory.mktemp("xlnet_startup"), vocab_size=64)
+
+
+def _xlnet_variant(xlnet, tmp_path, **changes):
+    import json
+    import shutil
+
+    path = tmp_path / "variant"
+    shutil.copytree(xlnet, path)
+    cfg = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**cfg, **changes}))
+    return path
+
+
+@pytest.mark.parametrize("changes,match", [
+    ({"attn_type": "uni"}, "attn_type='bi'"),
+    ({"bi_data": True}, "bi_data=False"),
+])
+def test_xlnet_options_the_engine_does_not_implement_are_refused(xlnet, tmp_path, changes,
+                                                                  match):
+    _refused(_xlnet_variant(xlnet, tmp_path, **changes), match)
+
+
+def test_xlnet_length_limit_comes_from_the_config(xlnet, tmp_path):
+    """transformers' XLNetConfig says -1 (no limit), which vLLM cannot use: the plugin's
+    config class answers 512 (XLNet's pre-training length) or config.json's
+    ``max_position_embeddings``."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    kw = {k: v for k, v in ENGINE_DEFAULTS.items()
+          if k not in ("disable_log_stats", "max_model_len")}
+    cfg = EngineArgs(model=str(xlnet), **kw).create_engine_config()
+    assert cfg.model_config.max_model_len == 512
+    assert cfg.model_config.architecture == "XLNetLMHeadModel"
+    assert cfg.cache_config.enable_prefix_caching is False
+    longer = _xlnet_variant(xlnet, tmp_path, max_position_embeddings=1024)
+    cfg = EngineArgs(model=str(longer), max_num_batched_tokens=1024, **kw).create_engine_config()
+    assert cfg.model_config.max_model_len == 1024
+    _refused(xlnet, "max_model_len", max_model_len=1024, max_num_batched_tokens=1024)

@@ -13,11 +13,15 @@ PROMPTS = ["abc", "hello world", "klmnop\nab", "def f(x):", "zz", "ghij kl", "a 
 INFILL = [[None, 20, 21, None, None, 30] + [None] * 9 + [40], [7, 8, None, 9] + [None] * 6]
 
 
-@pytest.fixture(scope="module")
-def asarm(tmp_path_factory):
-    from asarm_models import build_tiny_asarm
+@pytest.fixture(scope="module", params=["llama", "xlnet"])
+def asarm(tmp_path_factory, request):
+    """Both AS-ARM formats (XLNet: one of its 2 heads and half the feed-forward per rank)."""
+    from asarm_models import build_tiny_asarm, build_tiny_xlnet
 
-    return build_tiny_asarm(tmp_path_factory.mktemp("asarm_tp"), vocab_size=64, kv_heads=2)
+    path = tmp_path_factory.mktemp(f"asarm_tp-{request.param}")
+    if request.param == "xlnet":
+        return build_tiny_xlnet(path, vocab_size=64, attn_gain=2.0)
+    return build_tiny_asarm(path, vocab_size=64, kv_heads=2)
 
 
 def _counters(worker):
