@@ -54,7 +54,7 @@ def assd_probe(llm) -> dict:
     return llm.collective_rpc(read)[0]
 
 
-def compare(tag: str, target: Path, configs: list[Config], prompts: list[str], params,
+def compare(tag: str, target: Path, configs: list[Config], prompts: list, params,
             repeats: int = 3, batch: int = 0, describe: str = "", plots: bool = True,
             max_engines: int = 0) -> list[dict]:
     """Rows are run grouped by their reference (see :func:`_groups`), groups one after the
@@ -98,7 +98,8 @@ def compare(tag: str, target: Path, configs: list[Config], prompts: list[str], p
             interleaved_with_reference=name in paired or reference == name,
             seconds_min=min(seconds[name]), seconds_median=med, seconds=seconds[name],
             reference_seconds_median=statistics.median(base),
-            tokens_per_s=run.generated / med, speedup_vs_nospec=statistics.median(base) / med,
+            generated=run.generated, tokens_per_s=run.generated / med,
+            speedup_vs_nospec=statistics.median(base) / med,
             tokens_per_target_forward=run.mean_acceptance_length,
             accepted_per_position=run.accepted_per_pos, target_forwards_with_drafts=run.drafts,
             exact_match=sum(a == b for a, b in zip(run.outputs, ref)) / len(ref),
@@ -131,7 +132,8 @@ def _start(cfg: Config, target: Path, prompts, params, batch: int, first: dict, 
     vLLM keeps one Prometheus registry per process and a new engine unregisters the previous
     one's metrics, so an engine's acceptance counters are read right after it starts."""
     llm = make_engine(cfg.model or target, cfg.speculative_config, cfg.additional_config)
-    llm.generate(prompts[:2], params, use_tqdm=False)  # warm-up, outside the probe too
+    # warm-up, outside the probe too; params: one SamplingParams or one per prompt
+    llm.generate(prompts[:2], params_for(params, 0, 2), use_tqdm=False)
     before = cfg.probe(llm) if cfg.probe else {}
     first[cfg.name] = timed_generate(llm, cfg.name, prompts, params, warmup=False, batch=batch)
     after = cfg.probe(llm) if cfg.probe else {}
