@@ -243,6 +243,20 @@ def forward_query_rows(layer_name: str) -> torch.Tensor | None:
     return getattr(_layer_metadata(layer_name), "query_rows", None)
 
 
+def forward_stream_positions(layer_name: str, positions: torch.Tensor):
+    """For vLLM's forward: (query rows or None (all), content positions, query positions).
+    Rows are those of :func:`forward_query_rows`; each query sits at the row's next position;
+    infill requests' rows read their position tables (:func:`forward_true_positions`)."""
+    rows = forward_query_rows(layer_name)
+    query_positions = positions + 1 if rows is None else positions[rows] + 1
+    true = forward_true_positions(layer_name)
+    if true is not None:
+        positions = positions.clone()
+        positions[: true[0].numel()] = true[0]
+        query_positions = true[1]
+    return rows, positions, query_positions
+
+
 def forward_true_positions(layer_name: str):
     """(content positions [num_actual_tokens], query positions [Rq]) of the current vLLM
     forward when it holds infill requests, else None (positions are sequence indices)."""

@@ -50,8 +50,7 @@ from vllm.model_executor.models.utils import AutoWeightsLoader, make_layers, may
 from vllm_anyorder.attention_backends.asarm_cpu import (
     AsArmCPUBackend,
     content_attention,
-    forward_query_rows,
-    forward_true_positions,
+    forward_stream_positions,
     query_attention,
 )
 from vllm_anyorder.model_executor.asarm import ARCHITECTURE
@@ -163,13 +162,7 @@ class AsArmModel(nn.Module):
         rows = None
         if query_positions is None:
             layer_name = self.layers[0].self_attn.attn.layer_name
-            rows = forward_query_rows(layer_name)
-            query_positions = positions + 1 if rows is None else positions[rows] + 1
-            true = forward_true_positions(layer_name)  # infill requests: table lookups
-            if true is not None:
-                positions = positions.clone()
-                positions[: true[0].numel()] = true[0]
-                query_positions = true[1]
+            rows, positions, query_positions = forward_stream_positions(layer_name, positions)
         num_content = x.shape[0]
         g = self.query_embed.to(x.dtype).expand(query_positions.shape[0], -1)
         h, residual = torch.cat([x, g]), None

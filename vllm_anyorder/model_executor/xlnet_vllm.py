@@ -46,8 +46,7 @@ from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 from vllm_anyorder.attention_backends import xlnet_relative as rel
 from vllm_anyorder.attention_backends.asarm_cpu import (
     _layer_metadata,
-    forward_query_rows,
-    forward_true_positions,
+    forward_stream_positions,
 )
 from vllm_anyorder.model_executor.asarm_vllm import QueryPlan, _forward_context
 
@@ -170,13 +169,7 @@ class XLNetTransformer(nn.Module):
         rows = None
         if query_positions is None:
             layer_name = self.layer[0].rel_attn.attn.layer_name
-            rows = forward_query_rows(layer_name)
-            query_positions = positions + 1 if rows is None else positions[rows] + 1
-            true = forward_true_positions(layer_name)  # infill requests: table lookups
-            if true is not None:
-                positions = positions.clone()
-                positions[: true[0].numel()] = true[0]
-                query_positions = true[1]
+            rows, positions, query_positions = forward_stream_positions(layer_name, positions)
             metadata = _layer_metadata(layer_name)
             if metadata is not None:
                 self.keys.write(metadata.slot_mapping[: metadata.num_actual_tokens],
