@@ -223,3 +223,10 @@ def worker_state(base: str) -> list[dict]:
     r = httpx.post(base + "/collective_rpc", json={"method": "anyorder_state"}, timeout=60)
     r.raise_for_status()
     return r.json()["results"]
+
+
+def worker_memory(base: str) -> list[dict]:
+    """Per-rank ``anyorder_memory``: live tensor MB vs the C heap's in-use / free MB."""
+    r = httpx.post(base + "/collective_rpc", json={"method": "anyorder_memory"}, timeout=120)
+    r.raise_for_status()
+    return r.json()["results"]

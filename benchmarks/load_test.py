@@ -221,6 +221,7 @@ def run_method(method: str, models: dict[str, str], size: dict, workdir: Path,
             rep["rounds"].append({"seconds": round(secs, 1), "rss_mb": round(srv.rss_mb(), 1),
                                   "rss_by_process": srv.rss_by_process(),
                                   "containers": [s["containers"] for s in state],
+                                  "worker_memory": lc.worker_memory(srv.base),
                                   "alive": srv.alive()})
         if method != "reference":
             rep["bad_input"] = asyncio.run(lc.send_bad_inputs(srv.base, prompts[0][:16]))

@@ -9,6 +9,8 @@ per rank, plain JSON: the process, whether ``register()`` ran there, the platfor
 proposer's method and the sizes of its containers (per-request state is keyed by request id
 and must shrink back once requests leave the batch), and a fingerprint of the state every TP
 rank must hold identically (container keys and integer counters; timings are excluded).
+``anyorder_memory()`` tells a leak from allocator growth: bytes held by live tensors and
+Python objects, against the C heap's in-use and free-but-kept bytes (glibc ``mallinfo2``).
 """
 
 from __future__ import annotations
@@ -59,8 +61,49 @@ def state_of(worker: Any) -> dict[str, Any]:
     }
 
 
+def memory_of() -> dict[str, float]:
+    """MB held by live torch tensors (unique storages reachable from Python objects: the
+    weights, the KV cache, anything kept), their count, and the C heap: bytes in use and
+    bytes free but kept by the allocator (fragmentation / arena caching), from glibc's
+    ``mallinfo2`` where available. A leak grows ``tensor_mb`` or ``heap_in_use_mb``; an
+    allocator keeping freed memory grows ``heap_free_mb`` only."""
+    import ctypes
+    import gc
+
+    import torch
+
+    storages: dict[int, int] = {}
+    for obj in gc.get_objects():
+        try:
+            if isinstance(obj, torch.Tensor) and obj.device.type == "cpu":
+                st = obj.untyped_storage()
+                storages[st.data_ptr()] = st.nbytes()
+        except Exception:  # tensors without storage (meta, sparse, ...)
+            continue
+    out = {"tensor_mb": round(sum(storages.values()) / 2 ** 20, 1),
+           "tensors": len(storages), "python_objects": len(gc.get_objects())}
+    try:
+        class MallInfo2(ctypes.Structure):
+            _fields_ = [(name, ctypes.c_size_t) for name in (
+                "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                "uordblks", "fordblks", "keepcost")]
+
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = MallInfo2
+        info = libc.mallinfo2()
+        out.update(heap_in_use_mb=round((info.uordblks + info.hblkhd) / 2 ** 20, 1),
+                   heap_free_mb=round(info.fordblks / 2 ** 20, 1),
+                   heap_mmapped_mb=round(info.hblkhd / 2 ** 20, 1))
+    except (OSError, AttributeError):  # not glibc, or glibc < 2.33
+        pass
+    return out
+
+
 class AnyorderWorkerExtension:
     """Mixed into vLLM's worker class by ``worker_extension_cls``."""
 
     def anyorder_state(self) -> dict[str, Any]:
         return state_of(self)
+
+    def anyorder_memory(self) -> dict[str, float]:
+        return memory_of()
