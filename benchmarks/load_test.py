@@ -256,6 +256,15 @@ def verdict(rep: dict) -> list[str]:
         for ranks in r["containers"]:
             if any(v > 1 for k, v in ranks.items() if k not in ("finished",)):
                 bad.append(f"per-request state not released: {ranks}")
+    mem = [r["worker_memory"] for r in rep["rounds"] if r.get("worker_memory")]
+    if len(mem) >= 3:  # a leak of live objects (what per-request state would be)
+        for rank, (second, last) in enumerate(zip(mem[1], mem[-1])):
+            if last["tensor_mb"] - second["tensor_mb"] > 1.0:
+                bad.append(f"rank {rank}: live tensors grew {second['tensor_mb']} -> "
+                           f"{last['tensor_mb']} MB after warm-up")
+            if last["python_objects"] > 1.02 * second["python_objects"]:
+                bad.append(f"rank {rank}: Python objects grew {second['python_objects']} -> "
+                           f"{last['python_objects']} after warm-up")
     rss = [r["rss_mb"] for r in rep["rounds"]]
     if len(rss) >= 3 and rss[-1] - rss[1] > max(64.0, 0.05 * rss[1]):
         bad.append(f"RSS grew {rss[1]} -> {rss[-1]} MB after warm-up")
