@@ -80,6 +80,13 @@ def bidirectional_prompt_settings(vllm_config, model_name: str, prompt_kind: str
     cache.enable_prefix_caching = False
     sched.enable_chunked_prefill = False
 
+
+ENGINE_CONFIGS = {  # architecture -> vLLM MODELS_CONFIG_MAP hook
+    "AnySubsetLlamaForCausalLM": AsArmEngineConfig,
+    "XLNetLMHeadModel": XLNetEngineConfig,
+}
+
+
 def register() -> None:
     """Make vLLM (and transformers' AutoConfig) load AS-ARM checkpoints (both formats)."""
     from vllm import ModelRegistry
@@ -93,8 +100,7 @@ def register() -> None:
     for arch, model_class in MODEL_CLASSES.items():
         if arch not in ModelRegistry.get_supported_archs():
             ModelRegistry.register_model(arch, model_class)
-        hooks.setdefault(arch, XLNetEngineConfig if arch == "XLNetLMHeadModel"
-                         else AsArmEngineConfig)
+        hooks.setdefault(arch, ENGINE_CONFIGS[arch])
 
 
 def is_asarm(hf_config) -> bool:
