@@ -143,10 +143,13 @@ def paged_relative_attention(q: torch.Tensor, query_positions: torch.Tensor,
         k, v = kv[..., :head_dim], kv[..., head_dim:]
         qi = q[first: first + rows].float()
         content = torch.einsum("rhd,shd->hrs", qi + rel.r_w_bias, k)
-        by_distance = torch.einsum("rhd,khd->hrk", qi + rel.r_r_bias, rel.key_table)
         dist = query_positions[first: first + rows, None] - keys.read(slots)[None, :]
         index = (dist + rel.max_distance).clamp(0, span)
-        position = by_distance.gather(2, index[None].expand(by_distance.shape[0], -1, -1))
+        # scores of the distances this group uses only (not all 2 * max_distance + 1)
+        low, high = int(index.min()), int(index.max())
+        by_distance = torch.einsum("rhd,khd->hrk", qi + rel.r_r_bias,
+                                   rel.key_table[low: high + 1])
+        position = by_distance.gather(2, (index - low)[None].expand(by_distance.shape[0], -1, -1))
         score = (content + position) * rel.scale  # [H, r, S]
         if causal:  # row r sees keys [0, seq_len - rows + r]
             last = seq_len - rows + torch.arange(rows, device=score.device)
