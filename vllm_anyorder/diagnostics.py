@@ -72,8 +72,9 @@ def memory_of() -> dict[str, float]:
 
     import torch
 
+    objects = gc.get_objects()
     storages: dict[int, int] = {}
-    for obj in gc.get_objects():
+    for obj in objects:
         try:
             if isinstance(obj, torch.Tensor) and obj.device.type == "cpu":
                 st = obj.untyped_storage()
@@ -81,7 +82,8 @@ def memory_of() -> dict[str, float]:
         except Exception:  # tensors without storage (meta, sparse, ...)
             continue
     out = {"tensor_mb": round(sum(storages.values()) / 2 ** 20, 1),
-           "tensors": len(storages), "python_objects": len(gc.get_objects())}
+           "tensors": len(storages), "python_objects": len(objects)}
+    del objects
     try:
         class MallInfo2(ctypes.Structure):
             _fields_ = [(name, ctypes.c_size_t) for name in (
