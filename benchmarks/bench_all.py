@@ -1,6 +1,7 @@
 """The project's one scoreboard: every method it has against vLLM's baselines, same target,
-same benchmark prompts, side by side in one run (engines warmed up, interleaved timing rounds,
-min/median), on the committed models.
+same benchmark prompts, side by side in one run (one engine alive at a time, warmed up, rounds
+cycling through the rows, median and min/max; benchmarks/compare.py), on the committed models,
+in the dtype the CPU multiplies fastest (benchmarks.common.cpu_dtype).
 
 Rows: no speculation; vLLM's `ngram` and `draft_model` (AR drafter); `jacobi` (on the base
 target, and on the Jacobi-distilled target against that target's own no-speculation run when
@@ -12,12 +13,10 @@ baseline; model forwards per token from the model's counters). Methods whose
 models are not in models/ are listed as skipped. Prints a table, writes JSON + PNG plots (speed-up vs
 k, acceptance by position) to benchmarks/results/.
 
-Rows run in groups, one reference row (a no-spec / stepwise run) with the rows compared with
-it, one group after the other in this one run: only that group's engines are alive (each is
-two processes, ~1.1 GB of its own, ~1.5 GB RSS), at most --max-engines at once (a bigger
-group runs in chunks that all keep its reference's engine and time it in their rounds).
+Every row-run starts its engine in a child process and shuts it down before the next one
+(a full run: rows x rounds engine starts, ~1 min each with the load-average cooldown).
 
-    .venv/bin/python benchmarks/bench_all.py [--batch 1] [--prompts 8] [--quick] [--max-engines 8]
+    .venv/bin/python benchmarks/bench_all.py [--batch 1] [--prompts 8] [--quick] [--cooldown 90]
 """
 
 import argparse
@@ -76,8 +75,8 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--batch", type=int, default=1, help="requests submitted together (0 = all)")
     ap.add_argument("--quick", action="store_true", help="one k per method (smoke run)")
-    ap.add_argument("--max-engines", type=int, default=8,
-                    help="engines alive at once (~1.1 GB each; 0 = a whole group)")
+    ap.add_argument("--cooldown", type=float, default=90.0,
+                    help="seconds at most to wait for load average <= cores/2 before a row-run")
     args = ap.parse_args()
 
     from vllm import SamplingParams
@@ -89,9 +88,9 @@ def main() -> int:
     prompts = load_prompts(args.prompts)
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
     compare("all", args.model, rows, prompts, params, repeats=args.repeats, batch=args.batch,
-            max_engines=args.max_engines,
+            cooldown_s=args.cooldown,
             describe=f"target {args.model.name}; {len(prompts)} prompts x {args.max_tokens} tokens "
-                     f"(batch {args.batch or 'all'}), greedy, bf16")
+                     f"(batch {args.batch or 'all'}), greedy")
     return 0
 
 

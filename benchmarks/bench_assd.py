@@ -4,7 +4,7 @@ continuation and for infilling (any-subset requests, `vllm_anyorder/infill.py`).
 
 Reports per configuration: tokens per target forward (vLLM's counters: verification steps),
 model forwards per token counting the self-drafting query-stream forwards, acceptance by
-position, min/median wall clock over interleaved rounds, speed-up vs no speculation, exact
+position, min/median wall clock over rounds (one engine alive at a time), speed-up vs no speculation, exact
 match vs the no-speculation greedy output (for infilling: the filled tokens).
 
 Infill requests are built from the same benchmark prompts: each prompt's tokens (the model's
@@ -84,7 +84,7 @@ def main() -> int:
 
     rows = [Config("no-spec (asarm)", model=args.model)]
     rows += [C.assd(k, d, args.model) for d in args.drafters for k in args.k]
-    setting = f"(batch {args.batch or 'all'}), greedy, bf16"
+    setting = f"(batch {args.batch or 'all'}), greedy"
     if args.task in ("continuation", "both"):
         prompts = load_prompts(args.prompts)
         params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)

@@ -5,7 +5,7 @@ chain and mix-order) and `freedave` at d = 2..8, same prompts, same block length
 Reports per configuration: model forwards per generated token (vLLM's own forward, which
 writes each committed block's K/V, plus the proposer's denoising / verification forwards,
 read from the model's counters; one request at a time, so a batched forward counts once for
-one request), engine steps per token, min/median wall clock over interleaved rounds, the
+one request), engine steps per token, min/median wall clock over rounds (one engine alive at a time), the
 ratio to the baseline, exact match against the baseline's output (the lossless reference).
 
     .venv/bin/python benchmarks/bench_dllm.py [--block 32] [--prompts 8] [--max-tokens 128]
@@ -69,7 +69,7 @@ def main() -> int:
                    params, repeats=args.repeats, batch=1,
                    describe=f"dLLM {args.model.name}; block {args.block}, "
                             f"{args.steps or args.block} steps/block; {len(prompts)} prompts x "
-                            f"{args.max_tokens} tokens, one at a time, greedy, bf16")
+                            f"{args.max_tokens} tokens, one at a time, greedy")
     base = rows[0]
     print(f"\n{'method':<24}{'fwd/token':>10}{'steps/token':>12}{'fewer forwards':>16}")
     for r in rows:

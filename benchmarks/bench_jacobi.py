@@ -1,7 +1,7 @@
 """Benchmark `jacobi` against vLLM without speculation and vLLM's built-in `ngram`.
 
-Same prompts, same engine settings (bf16, the realistic CPU setting), engines warmed up,
-``--repeats`` interleaved rounds; reports min/median wall-clock, tokens per target forward,
+Same prompts, same engine settings (dtype by the CPU: benchmarks.common.cpu_dtype), one engine
+alive at a time, ``--repeats`` rounds cycling through the rows; reports min/median wall-clock, tokens per target forward,
 acceptance-length histogram by position, and exact match against the no-speculation greedy
 output. Writes benchmarks/results/jacobi-<timestamp>.json.
 
@@ -41,7 +41,7 @@ def main() -> int:
     compare("jacobi", args.model, configs(args.blocks, args.num_blocks), prompts, params,
             repeats=args.repeats, batch=args.batch,
             describe=f"model {args.model.name}; {len(prompts)} prompts x {args.max_tokens} tokens "
-                     f"(batch {args.batch or 'all'}), greedy, bf16")
+                     f"(batch {args.batch or 'all'}), greedy")
     return 0
 
 

@@ -2,8 +2,8 @@
 `draft_model` with an autoregressive drafter of comparable size, on the same target/prompts.
 
 Reports per configuration: tokens per target forward, acceptance by position, drafter cost
-per engine step (ms, measured inside the worker), min/median wall clock over interleaved
-rounds, speed-up vs no speculation, exact match vs the no-speculation greedy output.
+per engine step (ms, measured inside the worker), min/median wall clock over rounds (one
+engine alive at a time), speed-up vs no speculation, exact match vs the no-speculation greedy output.
 
     .venv/bin/python benchmarks/bench_specdiff.py [--grid 8:2 8:4 16:4] [--batch 1]
 """
@@ -43,7 +43,7 @@ def main() -> int:
     compare("specdiff", args.model, rows, prompts, params, repeats=args.repeats, batch=args.batch,
             describe=f"target {args.model.name}, drafters {args.drafter.name} / "
                      f"{args.ar_drafter.name}; {len(prompts)} prompts x {args.max_tokens} tokens "
-                     f"(batch {args.batch or 'all'}), greedy, bf16")
+                     f"(batch {args.batch or 'all'}), greedy")
     return 0
 
 

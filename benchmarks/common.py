@@ -17,9 +17,13 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 # 64 MiB of KV cache: ~16k tokens of these 4-layer models, far more than a benchmark holds
-# at once; vLLM's CPU backend zero-fills it, so it is resident memory of every engine
+# at once; vLLM's CPU backend zero-fills it, so it is resident memory of every engine.
+# dtype: chosen by the CPU (cpu_dtype), unless a caller overrides it.
 ENGINE_ARGS = dict(enforce_eager=True, max_model_len=1024, kv_cache_memory_bytes=1 << 26,
-                   disable_log_stats=False, seed=0, dtype="bfloat16")
+                   disable_log_stats=False, seed=0)
+
+# CPU flags that decide how fast a bf16 / fp32 matmul runs
+MATMUL_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
 
 
 @dataclass
@@ -46,8 +50,52 @@ class Run:
         return 1.0 + self.accepted / self.drafts if self.drafts else 1.0
 
 
+def cpu_flags() -> set[str]:
+    """The flags line of /proc/cpuinfo (empty off Linux)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_dtype() -> tuple[str, str]:
+    """(dtype, why) for the project's own commands: bf16 only where the CPU multiplies bf16
+    natively (AVX512_BF16 or AMX); elsewhere bf16 matmuls are emulated, their cost grows with
+    the rows, and verifying k drafts costs several times one token, so fp32.
+    ``ANYORDER_DTYPE`` (e.g. ``bfloat16``) overrides the choice."""
+    forced = os.environ.get("ANYORDER_DTYPE")
+    if forced:
+        return forced, "ANYORDER_DTYPE"
+    native = sorted(cpu_flags() & {"avx512_bf16", "amx_bf16"})
+    if native:
+        return "bfloat16", f"CPU multiplies bf16 natively ({', '.join(native)})"
+    return "float32", "no AVX512_BF16 / AMX on this CPU: bf16 matmuls would be emulated"
+
+
+def machine_info() -> dict:
+    """What a timing depends on: CPU model, cores, matmul flags, load average."""
+    flags = cpu_flags()
+    return {"cpu": cpu_model(), "cpus": os.cpu_count(), "host": platform.node(),
+            "flags": {f: f in flags for f in MATMUL_FLAGS}, "loadavg": list(os.getloadavg())}
+
+
 def machine() -> str:
-    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs ({platform.node()})"
+    info = machine_info()
+    flags = ",".join(f for f, on in info["flags"].items() if on) or "no matmul flags"
+    return f"{info['cpu']}, {info['cpus']} CPUs, {flags} ({info['host']})"
 
 
 def _spec_counters(llm) -> dict:
@@ -71,7 +119,8 @@ def make_engine(model: Path, speculative_config: dict | None = None,
 
     global _ENGINES
     _ENGINES += 1
-    kwargs = {**ENGINE_ARGS, "served_model_name": f"{Path(model).name}#{_ENGINES}", **overrides}
+    kwargs = {**ENGINE_ARGS, "dtype": cpu_dtype()[0],
+              "served_model_name": f"{Path(model).name}#{_ENGINES}", **overrides}
     if speculative_config:
         kwargs["speculative_config"] = speculative_config
     if additional_config:

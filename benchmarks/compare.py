@@ -1,9 +1,17 @@
-"""One side-by-side comparison: engines per method on the same prompts, warmed up, timed in
-interleaved rounds (min / median), acceptance from vLLM's own counters, exact match against
-each row's lossless reference (the no-speculation greedy output); prints a table and writes a
-JSON file. Rows run grouped by reference, one group's engines alive at a time.
+"""One side-by-side comparison, one engine alive at a time.
 
-Every benchmark script is a list of ``Config`` rows handed to :func:`compare`.
+Every benchmark script is a list of ``Config`` rows handed to :func:`compare`. A round runs
+every row once (the starting row rotates from round to round, so drift hits every row alike);
+a row-run is a child process (:mod:`benchmarks.isolated`) that starts the row's engine, warms
+it up, times one pass over the prompts, reads vLLM's spec-decode counters and the row's probe,
+and shuts the engine down before the next row-run starts. Before each row-run the harness
+waits for the 1-minute load average to fall to half the cores (``cooldown_s`` at most); a
+row-run that started above that, or shared the CPU with other processes (``foreign_cpu``: busy
+CPU time of processes outside the harness, in cores), is re-run once, then kept and marked.
+
+Each row reports the median and min/max of its rounds, the ratio of medians to its reference
+row (the first row unless ``reference`` names another), exact match against the reference's
+output in every round, and what the timing depended on (dtype, load averages, engines alive).
 """
 
 from __future__ import annotations
@@ -16,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from benchmarks.common import REPO, close, machine, make_engine, params_for, timed_generate
+from benchmarks.common import REPO, cpu_dtype, machine, machine_info
+from benchmarks.isolated import QUIET_FOREIGN_CPU, run_row, wait_quiet
 
 # workers are asked for drafter diagnostics with collective_rpc(function)
 os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
@@ -28,7 +37,8 @@ class Config:
     speculative_config: dict | None = None
     additional_config: dict | None = None
     model: Path | None = None  # None: the benchmark's target
-    # probe(llm) -> dict of extra counters read from the engine after a pass (e.g. drafter cost)
+    # probe(llm) -> dict of counters read from the engine (deltas over the timed pass are kept);
+    # a module-level function (the row runs in a child process)
     probe: Callable | None = None
     family: str = ""  # for plots: configurations of one method at several k
     k: int = 0  # drafts per step (gamma, block size, ...)
@@ -56,134 +66,108 @@ def assd_probe(llm) -> dict:
 
 def compare(tag: str, target: Path, configs: list[Config], prompts: list, params,
             repeats: int = 3, batch: int = 0, describe: str = "", plots: bool = True,
-            max_engines: int = 0) -> list[dict]:
-    """Rows are run grouped by their reference (see :func:`_groups`), groups one after the
-    other: only one group's engines (``max_engines`` at most, 0 = no limit) are alive at once."""
+            cooldown_s: float = 90.0, write: bool = True) -> list[dict]:
     from tqdm import tqdm
 
-    names = {c.name for c in configs}
-    unknown = {c.reference for c in configs if c.reference} - names
-    if len(names) != len(configs) or unknown:
+    names = [c.name for c in configs]
+    unknown = {c.reference for c in configs if c.reference} - set(names)
+    if len(set(names)) != len(configs) or unknown:
         raise ValueError(f"config names must be unique and references known (unknown: {unknown})")
-    groups = _groups(configs, max_engines)
-    first, probes, seconds, paired, memory = {}, {}, {}, {}, []
-    for g, (head, chunks) in enumerate(groups, 1):
-        label = f"group {g}/{len(groups)} ({head.name})"
-        engines = {head.name: _start(head, target, prompts, params, batch, first, probes)}
-        seconds[head.name] = []
-        for chunk in chunks:
-            for cfg in tqdm(chunk, desc=f"{label}: engines (start + acceptance pass)"):
-                engines[cfg.name] = _start(cfg, target, prompts, params, batch, first, probes)
-            memory.append(dict(reference=head.name, engines=list(engines), rss_gib=round(_rss_gib(), 2)))
-            times = {name: [] for name in engines}
-            for _ in tqdm(range(repeats), desc=f"{label}: timing rounds"):
-                for name, llm in engines.items():  # interleaved: each round runs every engine once
-                    times[name].append(timed_generate(llm, name, prompts, params, warmup=False,
-                                                      batch=batch).seconds)
-            seconds[head.name] += times[head.name]
-            for cfg in chunk:  # timed side by side with the reference's rounds of this chunk
-                seconds[cfg.name], paired[cfg.name] = times[cfg.name], times[head.name]
-                close(engines.pop(cfg.name))
-        close(engines.pop(head.name))
-
-    rows = []
-    for cfg in configs:
-        name, run = cfg.name, first[cfg.name]
-        reference = cfg.reference or configs[0].name
-        base = paired.get(name) or seconds[reference]  # a reference: its own or another group's
-        med = statistics.median(seconds[name])
-        ref = first[reference].outputs
-        row = dict(
-            method=name, family=cfg.family or name, k=cfg.k, reference=reference,
-            interleaved_with_reference=name in paired or reference == name,
-            seconds_min=min(seconds[name]), seconds_median=med, seconds=seconds[name],
-            reference_seconds_median=statistics.median(base),
-            generated=run.generated, tokens_per_s=run.generated / med,
-            speedup_vs_nospec=statistics.median(base) / med,
-            tokens_per_target_forward=run.mean_acceptance_length,
-            accepted_per_position=run.accepted_per_pos, target_forwards_with_drafts=run.drafts,
-            exact_match=sum(a == b for a, b in zip(run.outputs, ref)) / len(ref),
-            **probes[name])
-        if "query_forwards" in row:  # drafting forwards count too: tokens per model forward
-            row["model_forwards"] = run.generated - run.accepted + row["query_forwards"]
-            row["tokens_per_model_forward"] = run.generated / row["model_forwards"]
-        elif "model_forwards" in row:  # the probe counted every model forward itself
-            row["tokens_per_model_forward"] = run.generated / max(1, row["model_forwards"])
-        if row.get("drafter_calls"):
-            row["drafter_ms_per_step"] = 1e3 * row["drafter_seconds"] / row["drafter_calls"]
-        rows.append(row)
+    dtype, why = cpu_dtype()
+    print(f"[bench] dtype {dtype}: {why}; {machine()}; one engine alive at a time, "
+          f"{repeats} rounds x {len(configs)} rows")
+    runs: dict[str, list[dict]] = {name: [] for name in names}
+    with tqdm(total=repeats * len(configs), desc=f"{tag}: row-runs") as bar:
+        for r in range(repeats):
+            for i in range(len(configs)):
+                cfg = configs[(i + r) % len(configs)]  # rotate the first row every round
+                bar.set_postfix_str(f"round {r + 1}: {cfg.name}")
+                runs[cfg.name].append(_measured(cfg, target, prompts, params, batch, cooldown_s))
+                bar.update(1)
+    rows = [_row(cfg, runs, configs) for cfg in configs]
     _print(rows, describe, repeats)
+    if not write:
+        return rows
     out = REPO / "benchmarks" / "results" / f"{tag}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(dict(machine=machine(), describe=describe, repeats=repeats,
-                                   max_engines=max_engines, groups=memory, rows=rows), indent=1))
+    out.write_text(json.dumps(dict(machine=machine_info(), dtype=dtype, dtype_why=why,
+                                   describe=describe, repeats=repeats, harness=__doc__.split("\n\n")[1],
+                                   rows=rows), indent=1))
     print(f"wrote {out.relative_to(REPO)}")
     if plots:
         from benchmarks.plots import write_plots
 
-        for path in write_plots(rows, out.with_suffix(""), f"{machine()}\n{describe}"):
+        for path in write_plots(rows, out.with_suffix(""), f"{machine()}, {dtype}\n{describe}"):
             print(f"wrote {path.relative_to(REPO)}")
     return rows
 
 
-def _start(cfg: Config, target: Path, prompts, params, batch: int, first: dict, probes: dict):
-    """Start one engine, warm it up and run its acceptance pass (stored in first / probes).
-
-    vLLM keeps one Prometheus registry per process and a new engine unregisters the previous
-    one's metrics, so an engine's acceptance counters are read right after it starts."""
-    llm = make_engine(cfg.model or target, cfg.speculative_config, cfg.additional_config)
-    # warm-up, outside the probe too; params: one SamplingParams or one per prompt
-    llm.generate(prompts[:2], params_for(params, 0, 2), use_tqdm=False)
-    before = cfg.probe(llm) if cfg.probe else {}
-    first[cfg.name] = timed_generate(llm, cfg.name, prompts, params, warmup=False, batch=batch)
-    after = cfg.probe(llm) if cfg.probe else {}
-    probes[cfg.name] = {k: after[k] - before.get(k, 0) for k in after}
-    return llm
-
-
-def _rss_gib() -> float:
-    """Resident memory of this process and its children (the engines' processes), GiB."""
-    import psutil
-
-    procs = [psutil.Process()]
-    procs += procs[0].children(recursive=True)
-    total = 0
-    for p in procs:
-        try:
-            total += p.memory_info().rss
-        except psutil.Error:
-            pass
-    return total / 2**30
+def _measured(cfg: Config, target: Path, prompts, params, batch: int, cooldown_s: float) -> dict:
+    """One row-run in a child process; re-run once if the machine was not quiet."""
+    for attempt in range(2):
+        waited = wait_quiet(cooldown_s)
+        before = os.getloadavg()
+        run = run_row(cfg, cfg.model or target, prompts, params, batch)
+        run.update(loadavg_before=[round(x, 2) for x in before], waited_s=round(waited, 1),
+                   loadavg_after=[round(x, 2) for x in os.getloadavg()], attempt=attempt + 1)
+        run["quiet"] = (before[0] <= (os.cpu_count() or 1) / 2
+                        and run["foreign_cpu"] <= QUIET_FOREIGN_CPU)
+        if run["quiet"]:
+            break
+    return run
 
 
-def _groups(configs: list[Config], max_engines: int) -> list[tuple[Config, list[list[Config]]]]:
-    """Rows grouped by the row they are compared with: (reference, chunks of the other rows).
-
-    A reference is the first row or any row another row names. A group's engines are alive
-    together; with ``max_engines`` a bigger group runs in chunks, the reference's engine
-    staying alive and timed in every chunk, interleaved with that chunk's rows."""
-    named = {c.reference for c in configs if c.reference}
-    heads = [c for i, c in enumerate(configs) if i == 0 or c.name in named]
-    out = []
-    for head in heads:
-        rest = [c for c in configs if c not in heads and (c.reference or configs[0].name) == head.name]
-        n = max(1, -(-len(rest) // (max_engines - 1))) if max_engines > 1 and rest else 1
-        size = -(-len(rest) // n) if rest else 1
-        out.append((head, [rest[i : i + size] for i in range(0, max(1, len(rest)), size)]))
-    return out
+def _row(cfg: Config, runs: dict[str, list[dict]], configs: list[Config]) -> dict:
+    reference = cfg.reference or configs[0].name
+    mine, ref = runs[cfg.name], runs[reference]
+    seconds = [r["seconds"] for r in mine]
+    med, ref_med = statistics.median(seconds), statistics.median(r["seconds"] for r in ref)
+    first = mine[0]
+    ref_out = ref[0]["outputs"]
+    exact = min(sum(a == b for a, b in zip(r["outputs"], ref_out)) / len(ref_out) for r in mine)
+    generated = sum(len(o) for o in first["outputs"])
+    row = dict(
+        method=cfg.name, family=cfg.family or cfg.name, k=cfg.k, reference=reference,
+        seconds_median=med, seconds_min=min(seconds), seconds_max=max(seconds), seconds=seconds,
+        reference_seconds_median=ref_med, speedup_vs_nospec=ref_med / med,
+        speedup_min_max=[min(ref_med / s for s in seconds), max(ref_med / s for s in seconds)],
+        generated=generated, tokens_per_s=generated / med,
+        tokens_per_target_forward=first["mean_acceptance_length"],
+        accepted_per_position=first["accepted_per_pos"],
+        target_forwards_with_drafts=first["drafts"],
+        same_acceptance_every_round=len({r["accepted"] for r in mine}) == 1,
+        exact_match=exact, dtype=first["dtype"],
+        engines_alive_max=max(r["engines_alive_max"] for r in mine),
+        loadavg_before=[r["loadavg_before"] for r in mine],
+        loadavg_after=[r["loadavg_after"] for r in mine],
+        foreign_cpu=[r["foreign_cpu"] for r in mine],
+        all_rounds_quiet=all(r["quiet"] for r in mine),
+        reruns=sum(r["attempt"] - 1 for r in mine),
+        engine_start_s=statistics.median(r["start_s"] for r in mine),
+        first_output=first["outputs"][0],
+        **first["probe"])
+    if "query_forwards" in row:  # drafting forwards count too: tokens per model forward
+        row["model_forwards"] = generated - first["accepted"] + row["query_forwards"]
+        row["tokens_per_model_forward"] = generated / row["model_forwards"]
+    elif "model_forwards" in row:  # the probe counted every model forward itself
+        row["tokens_per_model_forward"] = generated / max(1, row["model_forwards"])
+    if row.get("drafter_calls"):
+        row["drafter_ms_per_step"] = 1e3 * row["drafter_seconds"] / row["drafter_calls"]
+    return row
 
 
 def _print(rows: list[dict], describe: str, repeats: int) -> None:
-    print(f"\nmachine: {machine()}; {describe}; {repeats} interleaved rounds")
-    print(f"{'method':<28}{'tok/fwd':>8}{'median s':>10}{'min s':>8}{'speedup':>9}{'exact':>7}"
-          f"{'drafter ms/step':>16}  vs (* = not interleaved with it)")
+    print(f"\nmachine: {machine()}; dtype {rows[0]['dtype'] if rows else '?'}; {describe}; "
+          f"{repeats} rounds, one engine alive at a time")
+    print(f"{'method':<30}{'tok/fwd':>8}{'median s':>10}{'min-max s':>13}{'speedup':>9}"
+          f"{'exact':>7}{'quiet':>7}{'drafter ms/step':>16}  vs")
     for r in rows:
         cost = f"{r['drafter_ms_per_step']:>16.1f}" if "drafter_ms_per_step" in r else f"{'':>16}"
-        vs = ("itself" if r["reference"] == r["method"] else r["reference"]) + (
-            "" if r["interleaved_with_reference"] else " *")
-        print(f"{r['method']:<28}{r['tokens_per_target_forward']:>8.2f}{r['seconds_median']:>10.2f}"
-              f"{r['seconds_min']:>8.2f}{r['speedup_vs_nospec']:>8.2f}x{r['exact_match']:>7.0%}{cost}"
-              f"  {vs}")
+        vs = "itself" if r["reference"] == r["method"] else r["reference"]
+        spread = f"{r['seconds_min']:.2f}-{r['seconds_max']:.2f}"
+        print(f"{r['method']:<30}{r['tokens_per_target_forward']:>8.2f}{r['seconds_median']:>10.2f}"
+              f"{spread:>13}{r['speedup_vs_nospec']:>8.2f}x{r['exact_match']:>7.0%}"
+              f"{'yes' if r['all_rounds_quiet'] else 'NO':>7}{cost}  {vs}")
     for r in rows:
         if "tokens_per_model_forward" in r:
             print(f"  {r['method']}: {r['tokens_per_model_forward']:.2f} tokens per model forward "
@@ -191,3 +175,7 @@ def _print(rows: list[dict], describe: str, repeats: int) -> None:
     for r in rows:
         if r["accepted_per_position"]:
             print(f"  accepted by position, {r['method']}: {r['accepted_per_position'][:20]}")
+    loud = [r["method"] for r in rows if not r["all_rounds_quiet"]]
+    if loud:
+        print(f"  NOT QUIET (load average > cores/2 before, or other processes' CPU during, "
+              f"a round even after a re-run): {', '.join(loud)}")
