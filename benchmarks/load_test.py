@@ -34,6 +34,7 @@ import httpx
 import psutil
 
 from benchmarks import load_clients as lc
+from benchmarks.common import cpu_dtype, machine_info
 
 REPO = Path(__file__).resolve().parents[1]
 EXTENSION = "vllm_anyorder.diagnostics.AnyorderWorkerExtension"
@@ -93,7 +94,7 @@ class Server:
         self.base = f"http://127.0.0.1:{self.port}"
         cli = Path(sys.executable).with_name("vllm-anyorder")
         self.cmd = [str(cli), "serve", model, "--host", "127.0.0.1", "--port", str(self.port),
-                    "--served-model-name", lc.MODEL, "--enforce-eager", "--dtype", "float32",
+                    "--served-model-name", lc.MODEL, "--enforce-eager", "--dtype", cpu_dtype()[0],
                     "--max-model-len", str(max_model_len), "--kv-cache-memory-bytes",
                     str(kv_bytes), "--max-num-seqs", str(max_num_seqs), "--seed", "0",
                     "--worker-extension-cls", EXTENSION]
@@ -195,6 +196,7 @@ def run_method(method: str, models: dict[str, str], size: dict, workdir: Path,
     too_long = "a b " * (2 * server_kw["max_model_len"])
     rep = {"method": method, "requests": 0, "errors": [], "divergences": [], "rounds": [],
            "faults": [], "bad_input": {}, "preemptions": 0}
+    rep["loadavg_before"] = [round(x, 2) for x in os.getloadavg()]
     t0 = time.time()
     with Server(models[row.target], row, workdir / f"{method}.log", **server_kw) as srv:
         rep["startup_s"] = round(time.time() - t0, 1)
@@ -230,6 +232,8 @@ def run_method(method: str, models: dict[str, str], size: dict, workdir: Path,
         final = lc.worker_state(srv.base)[0]
         rep["platform"], rep["proposer"] = final["platform"], final["method"]
     rep["seconds"] = round(time.time() - t0, 1)
+    rep["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
+    rep["servers_alive_max"] = 1  # run_all runs one server at a time (context manager)
     rep["greedy_requests"] = len(texts)
     if reference is not None:
         rep["divergences"] = [k for k, text in texts.items() if reference.get(k) != text]
@@ -298,7 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     report = run_all(args.methods.split(","), models, size, workdir,
                      max_model_len=args.max_model_len, kv_tokens=args.kv_tokens,
                      max_num_seqs=args.max_num_seqs)
-    report["machine"] = f"{os.cpu_count()} CPUs, {psutil.virtual_memory().total >> 30} GiB"
+    report["machine"] = {**machine_info(), "memory_gib": psutil.virtual_memory().total >> 30}
+    report["dtype"] = "%s (%s)" % cpu_dtype()
     print(json.dumps({m: {**r, "texts": len(r["texts"])} for m, r in report["methods"].items()},
                      indent=1))
     if args.out:
