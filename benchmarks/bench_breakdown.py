@@ -144,6 +144,12 @@ def table(results: list[dict]) -> str:
                      f"{r['rest_ms']:>8.1f} {r['rest_pct']:>3.0f}%{r['rest_in_worker_ms']:>12.1f}")
     lines.append("ms per engine step (share of wall); kv copy: part of plugin py (dLLM "
                  "scratch_plan); in worker: part of rest inside execute_model/sample_tokens")
+    for r in results:  # where the plugin's Python goes (exclusive ms per step)
+        fns = sorted(((v, k.split(": ", 1)[1]) for k, v in r["timers"]["by_function"].items()
+                      if k.startswith(("plugin:", "kv_copy:"))), reverse=True)[:4]
+        if r["plugin_py_ms"] >= 0.5:
+            lines.append(f"  plugin py, {r['method']} b{r['batch']}: " + ", ".join(
+                f"{name} {1e3 * v / max(1, r['steps']):.1f}" for v, name in fns))
     return "\n".join(lines)
 
 
@@ -156,11 +162,11 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--block", type=int, default=32, help="dLLM block length")
     ap.add_argument("--rows", nargs="+", default=[],
-                    help="only rows whose name contains one of these strings")
+                    help="only rows whose name starts with one of these (e.g. no-spec assd ssd)")
     args = ap.parse_args()
 
     chosen = [c for c in rows(args.block)
-              if not args.rows or any(s in c.name for s in args.rows)]
+              if not args.rows or any(c.name.startswith(s) for s in args.rows)]
     needs = lambda c: [c.model, *[m for m in [(c.speculative_config or {}).get("model")] if m]]  # noqa: E731
     skipped = [c.name for c in chosen if not all(Path(m).exists() for m in needs(c))]
     chosen = [c for c in chosen if c.name not in skipped]

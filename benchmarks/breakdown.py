@@ -40,12 +40,16 @@ FORWARD_METHODS = ("forward", "compute_logits", "row_logits", "query_logits", "t
 RUNNER_PATCHED = ("_sample", "propose_draft_token_ids", "_get_spec_decode_draft_probs",
                   "_build_attention_metadata")
 PLUGIN_HOOKS = ("propose", "observe_verification", "take_draft_probs")
+# plugin internals timed as "plugin" frames too: only ``by_function`` (the detail) changes
+PLUGIN_DETAIL = ("_decide", "_evaluate", "_repair", "_draft_self", "_sample_drafts",
+                 "_draft_ngram")
 _DECIDES = {"plugin": "draft_fwd", "vllm_drafter": "draft_fwd", "draft_fwd": "draft_fwd",
             "target_fwd": "target_fwd", "vllm_inner": "target_fwd", "worker": "target_fwd"}
 
 _stack: list[list] = []  # frames [category, child seconds]
 SECONDS: dict[str, float] = defaultdict(float)
 CALLS: dict[str, int] = defaultdict(int)
+BY_FUNCTION: dict[str, float] = defaultdict(float)  # "category: function" -> exclusive s
 _installed: list[str] = []
 
 
@@ -58,10 +62,12 @@ def _category(cat: str) -> str:
     return "target_fwd"
 
 
-def timed(fn, cat: str, count: str | None = ""):
+def timed(fn, cat: str, count: str | None = "", label: str = ""):
     """``fn`` with a frame of category ``cat`` ("fwd": target or draft, decided per call);
     a call is counted under ``count`` (default: the category; None: not counted), only when
     it is not nested in a frame of the same category (a forward inside a forward)."""
+    label = label or getattr(fn, "__qualname__", repr(fn))
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         frame = [_category(cat), 0.0]
@@ -75,6 +81,7 @@ def timed(fn, cat: str, count: str | None = ""):
             dt = time.perf_counter() - t0
             _stack.pop()
             SECONDS[frame[0]] += dt - frame[1]
+            BY_FUNCTION[f"{frame[0]}: {label}"] += dt - frame[1]
             if _stack:
                 _stack[-1][1] += dt
 
@@ -149,18 +156,23 @@ def install(worker) -> list[str]:
         for name in PLUGIN_HOOKS if ours else ("propose",):
             if _wrap_attr(drafter, name, "plugin" if ours else "vllm_drafter"):
                 done.append(f"drafter.{name}")
+        for name in PLUGIN_DETAIL if ours else ():
+            if _wrap_attr(drafter, name, "plugin"):
+                done.append(f"drafter.{name} (detail)")
         sub = getattr(drafter, "drafter" if ours else "model", None)  # specdiff / draft_model
         if sub is not None and sub is not runner.model:
             for name in FORWARD_METHODS:
                 if _wrap_attr(sub, name, "fwd"):
                     done.append(f"drafter model.{name}")
-    try:
+    if type(drafter).__module__ == "vllm_anyorder.proposers.dllm":
         from vllm_anyorder.attention_backends import dllm_cpu
+        from vllm_anyorder.core.dllm import DllmRequest
 
-        if _wrap_attr(dllm_cpu, "scratch_plan", "kv_copy"):
+        if _wrap_attr(dllm_cpu, "scratch_plan", "kv_copy"):  # looked up at each call
             done.append("dllm_cpu.scratch_plan")
-    except ImportError:
-        pass
+        for name in ("plan", "advance"):  # the core's decisions (class level: per request)
+            if _wrap_attr(DllmRequest, name, "plugin"):
+                done.append(f"DllmRequest.{name} (detail)")
     _installed.extend(done)
     return done
 
@@ -168,9 +180,10 @@ def install(worker) -> list[str]:
 def reset(worker=None) -> None:
     SECONDS.clear()
     CALLS.clear()
+    BY_FUNCTION.clear()
 
 
 def read(worker=None) -> dict:
     """Seconds per category and call counts since the last reset (``steps``: execute_model
     calls with scheduled tokens; ``target_fwd`` / ``draft_fwd``: outermost forward calls)."""
-    return {"seconds": dict(SECONDS), "calls": dict(CALLS), "wrapped": list(_installed)}
+    return {"seconds": dict(SECONDS), "calls": dict(CALLS), "by_function": dict(BY_FUNCTION)}
