@@ -38,8 +38,11 @@ class SpecDiffProposer(AnyOrderProposer):
         from vllm_anyorder.model_executor.masked_diffusion import load_drafter
 
         super().load_model(target_model)
-        device = next(target_model.parameters()).device
-        dtype = None if self.cfg.dtype == "auto" else self.cfg.dtype
+        weight = next(target_model.parameters())
+        device = weight.device
+        # auto: the engine's dtype (the target's weights), as vLLM's draft_model does; a bf16
+        # drafter under an fp32 engine on a CPU without native bf16 cost 4x per forward
+        dtype = str(weight.dtype).removeprefix("torch.") if self.cfg.dtype == "auto" else self.cfg.dtype
         self.drafter = load_drafter(self.cfg.drafter, dtype=dtype, device=device)
         spec = self.drafter.spec
         gamma = self.cfg.num_draft_tokens

@@ -23,10 +23,10 @@ STOCK_CHECK = textwrap.dedent("""
     import json, sys
     import torch
     import vllm.utils.cpu_triton_utils as m
-    try:
-        import vllm._C  # registers torch.ops._C.expand_kernel_impl on the CPU build
-    except ImportError:
-        pass
+    # registers torch.ops._C.expand_kernel_impl: the library this CPU can run (vllm._C needs
+    # AVX512_BF16 and dies with SIGILL elsewhere; _C_AVX512 / _C_AVX2 register the same ops)
+    from vllm.platforms import current_platform
+    current_platform.import_kernels()
     if not hasattr(torch.ops._C, "expand_kernel_impl"):
         print(json.dumps({"skip": "no CPU expand_kernel_impl op in this vLLM build"}))
         sys.exit(0)
