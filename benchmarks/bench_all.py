@@ -16,7 +16,7 @@ k, acceptance by position) to benchmarks/results/.
 Every row-run starts its engine in a child process and shuts it down before the next one
 (a full run: rows x rounds engine starts, ~1 min each with the load-average cooldown).
 
-    .venv/bin/python benchmarks/bench_all.py [--batch 1] [--prompts 8] [--quick] [--cooldown 90]
+    .venv/bin/python benchmarks/bench_all.py [--batch 1 8] [--prompts 8] [--quick] [--cooldown 90]
 """
 
 import argparse
@@ -73,7 +73,9 @@ def main() -> int:
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--batch", type=int, default=1, help="requests submitted together (0 = all)")
+    ap.add_argument("--batch", type=int, nargs="+", default=[1],
+                    help="requests submitted together (0 = all); several: each timed in every "
+                         "row-run with the same engine")
     ap.add_argument("--quick", action="store_true", help="one k per method (smoke run)")
     ap.add_argument("--cooldown", type=float, default=90.0,
                     help="seconds at most to wait for load average <= cores/2 before a row-run")
@@ -90,7 +92,7 @@ def main() -> int:
     compare("all", args.model, rows, prompts, params, repeats=args.repeats, batch=args.batch,
             cooldown_s=args.cooldown,
             describe=f"target {args.model.name}; {len(prompts)} prompts x {args.max_tokens} tokens "
-                     f"(batch {args.batch or 'all'}), greedy")
+                     f"(batch {', '.join(str(b or 'all') for b in args.batch)}), greedy")
     return 0
 
 

@@ -65,9 +65,13 @@ def assd_probe(llm) -> dict:
 
 
 def compare(tag: str, target: Path, configs: list[Config], prompts: list, params,
-            repeats: int = 3, batch: int = 0, describe: str = "", plots: bool = True,
+            repeats: int = 3, batch: int | list[int] = 0, describe: str = "", plots: bool = True,
             cooldown_s: float = 90.0, write: bool = True) -> list[dict]:
+    """``batch``: requests submitted together (0 = all); a list times each setting with the
+    same engine in every row-run (one row per setting, compared within the setting)."""
     from tqdm import tqdm
+
+    batches = batch if isinstance(batch, list) else [batch]
 
     names = [c.name for c in configs]
     unknown = {c.reference for c in configs if c.reference} - set(names)
@@ -82,9 +86,10 @@ def compare(tag: str, target: Path, configs: list[Config], prompts: list, params
             for i in range(len(configs)):
                 cfg = configs[(i + r) % len(configs)]  # rotate the first row every round
                 bar.set_postfix_str(f"round {r + 1}: {cfg.name}")
-                runs[cfg.name].append(_measured(cfg, target, prompts, params, batch, cooldown_s))
+                runs[cfg.name].append(_measured(cfg, target, prompts, params, batches, cooldown_s))
                 bar.update(1)
-    rows = [_row(cfg, runs, configs) for cfg in configs]
+    rows = [_row(cfg, runs, configs, i, len(batches) > 1) for i in range(len(batches))
+            for cfg in configs]
     _print(rows, describe, repeats)
     if not write:
         return rows
@@ -102,32 +107,38 @@ def compare(tag: str, target: Path, configs: list[Config], prompts: list, params
     return rows
 
 
-def _measured(cfg: Config, target: Path, prompts, params, batch: int, cooldown_s: float) -> dict:
+def _measured(cfg: Config, target: Path, prompts, params, batches: list[int],
+              cooldown_s: float) -> dict:
     """One row-run in a child process; re-run once if the machine was not quiet."""
     for attempt in range(2):
         waited = wait_quiet(cooldown_s)
         before = os.getloadavg()
-        run = run_row(cfg, cfg.model or target, prompts, params, batch)
+        run = run_row(cfg, cfg.model or target, prompts, params, batches)
         run.update(loadavg_before=[round(x, 2) for x in before], waited_s=round(waited, 1),
                    loadavg_after=[round(x, 2) for x in os.getloadavg()], attempt=attempt + 1)
         run["quiet"] = (before[0] <= (os.cpu_count() or 1) / 2
-                        and run["foreign_cpu"] <= QUIET_FOREIGN_CPU)
+                        and max(p["foreign_cpu"] for p in run["passes"]) <= QUIET_FOREIGN_CPU)
         if run["quiet"]:
             break
     return run
 
 
-def _row(cfg: Config, runs: dict[str, list[dict]], configs: list[Config]) -> dict:
+def _row(cfg: Config, runs: dict[str, list[dict]], configs: list[Config], b: int,
+         label_batch: bool) -> dict:
+    """The row of ``cfg`` at its ``b``-th batch setting (each round's pass ``b``)."""
     reference = cfg.reference or configs[0].name
-    mine, ref = runs[cfg.name], runs[reference]
+    mine = [{**run, **run["passes"][b]} for run in runs[cfg.name]]
+    ref = [{**run, **run["passes"][b]} for run in runs[reference]]
     seconds = [r["seconds"] for r in mine]
     med, ref_med = statistics.median(seconds), statistics.median(r["seconds"] for r in ref)
     first = mine[0]
     ref_out = ref[0]["outputs"]
     exact = min(sum(a == b for a, b in zip(r["outputs"], ref_out)) / len(ref_out) for r in mine)
     generated = sum(len(o) for o in first["outputs"])
+    suffix = f" [batch {first['batch'] or 'all'}]" if label_batch else ""
     row = dict(
-        method=cfg.name, family=cfg.family or cfg.name, k=cfg.k, reference=reference,
+        method=cfg.name + suffix, family=(cfg.family or cfg.name) + suffix, k=cfg.k,
+        reference=reference + suffix, batch=first["batch"],
         seconds_median=med, seconds_min=min(seconds), seconds_max=max(seconds), seconds=seconds,
         reference_seconds_median=ref_med, speedup_vs_nospec=ref_med / med,
         speedup_min_max=[min(ref_med / s for s in seconds), max(ref_med / s for s in seconds)],

@@ -1,15 +1,16 @@
 """A benchmark row-run in a child process: one engine alive at a time, and what else ran.
 
 ``run_row`` starts a spawned child that builds the row's engine, warms it up (2 prompts),
-reads the row's probe, times one pass over the prompts, reads the probe again, shuts the
-engine down and sends back outputs, seconds, vLLM's spec-decode counters and:
+then per batch setting reads the row's probe, times one pass over the prompts and reads the
+probe again; it shuts the engine down and sends back, per pass, outputs, seconds, vLLM's
+spec-decode counters and:
 
 * ``engines_alive_max``: vLLM engine-core processes alive on the machine while timing
   (counted by process title before and after the timed pass; 1 = only this row's);
 * ``foreign_cpu``: CPU busy time of everything outside the harness (other processes, and the
   hypervisor's steal time), per second of the timed pass, in cores (/proc/stat minus the CPU
   time of the harness's own processes);
-* ``dtype`` the engine ran in and ``start_s``, the engine's start-up time.
+and, per row-run, the ``dtype`` the engine ran in and ``start_s``, its start-up time.
 """
 
 from __future__ import annotations
@@ -33,10 +34,10 @@ def wait_quiet(max_s: float) -> float:
     return time.monotonic() - t0
 
 
-def run_row(cfg, model, prompts, params, batch: int) -> dict:
+def run_row(cfg, model, prompts, params, batches: list[int]) -> dict:
     ctx = mp.get_context("spawn")
     recv, send = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_child, args=(send, cfg, model, prompts, params, batch),
+    child = ctx.Process(target=_child, args=(send, cfg, model, prompts, params, batches),
                         name=f"bench-row {cfg.name}", daemon=False)  # vLLM starts its own children
     child.start()
     send.close()
@@ -51,39 +52,43 @@ def run_row(cfg, model, prompts, params, batch: int) -> dict:
     return result
 
 
-def _child(conn, cfg, model, prompts, params, batch: int) -> None:
+def _child(conn, cfg, model, prompts, params, batches: list[int]) -> None:
     try:
-        conn.send(_measure(cfg, model, prompts, params, batch))
+        conn.send(_measure(cfg, model, prompts, params, batches))
     except BaseException as exc:  # noqa: BLE001 - handed to the parent, which raises it
         conn.send(exc)
     finally:
         conn.close()
 
 
-def _measure(cfg, model, prompts, params, batch: int) -> dict:
+def _measure(cfg, model, prompts, params, batches: list[int]) -> dict:
+    """Start, warm up, then one timed pass per batch setting (same engine), shut down."""
     from benchmarks.common import close, make_engine, params_for, timed_generate
 
     t0 = time.perf_counter()
     llm = make_engine(model, cfg.speculative_config, cfg.additional_config)
     start_s = time.perf_counter() - t0
     llm.generate(prompts[:2], params_for(params, 0, 2), use_tqdm=False)  # warm-up
-    before = cfg.probe(llm) if cfg.probe else {}
-    engines = engines_alive()
-    cpu0 = _cpu_snapshot()
-    run = timed_generate(llm, cfg.name, prompts, params, warmup=False, batch=batch)
-    cpu1 = _cpu_snapshot()
-    engines = max(engines, engines_alive())
-    after = cfg.probe(llm) if cfg.probe else {}
     dtype = str(llm.llm_engine.vllm_config.model_config.dtype).replace("torch.", "")
+    passes = []
+    for batch in batches:
+        before = cfg.probe(llm) if cfg.probe else {}
+        engines = engines_alive()
+        cpu0 = _cpu_snapshot()
+        run = timed_generate(llm, cfg.name, prompts, params, warmup=False, batch=batch)
+        cpu1 = _cpu_snapshot()
+        engines = max(engines, engines_alive())
+        after = cfg.probe(llm) if cfg.probe else {}
+        foreign = (cpu1[0] - cpu0[0]) - _own_cpu(cpu0[1], cpu1[1])
+        passes.append(dict(
+            batch=batch, outputs=run.outputs, seconds=run.seconds, drafts=run.drafts,
+            draft_tokens=run.draft_tokens, accepted=run.accepted,
+            accepted_per_pos=run.accepted_per_pos,
+            mean_acceptance_length=run.mean_acceptance_length,
+            probe={k: after[k] - before.get(k, 0) for k in after}, engines_alive_max=engines,
+            foreign_cpu=round(max(0.0, foreign) / run.seconds, 3)))
     close(llm)
-    foreign = (cpu1[0] - cpu0[0]) - _own_cpu(cpu0[1], cpu1[1])
-    return dict(outputs=run.outputs, seconds=run.seconds, drafts=run.drafts,
-                draft_tokens=run.draft_tokens, accepted=run.accepted,
-                accepted_per_pos=run.accepted_per_pos,
-                mean_acceptance_length=run.mean_acceptance_length,
-                probe={k: after[k] - before.get(k, 0) for k in after},
-                engines_alive_max=engines, foreign_cpu=round(max(0.0, foreign) / run.seconds, 3),
-                dtype=dtype, start_s=round(start_s, 1))
+    return dict(passes=passes, dtype=dtype, start_s=round(start_s, 1))
 
 
 def engines_alive() -> int:
