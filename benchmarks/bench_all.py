@@ -37,7 +37,7 @@ def scoreboard(ks: list[int], quick: bool) -> tuple[list[Config], list[str]]:
     rows, skipped = [C.no_spec()], []
     rows += [C.ngram(k) for k in ks]
     rows += [C.draft_model(k) for k in ks] if C.AR_DRAFTER.exists() else []
-    rows += [C.jacobi(n) for n in ([16] if quick else [8, 16])]
+    rows += [C.jacobi(n) for n in (ks if quick else sorted({8, 16, *ks}))]  # ngram's k too
     if DISTILLED.exists():
         rows.append(Config("no-spec (distilled)", model=DISTILLED))
         rows += [Config(**{**vars(C.jacobi(16, model=DISTILLED, label=" distilled")),
@@ -76,7 +76,8 @@ def main() -> int:
     ap.add_argument("--batch", type=int, nargs="+", default=[1],
                     help="requests submitted together (0 = all); several: each timed in every "
                          "row-run with the same engine")
-    ap.add_argument("--quick", action="store_true", help="one k per method (smoke run)")
+    ap.add_argument("--quick", action="store_true",
+                    help="one k per method (the last --k; assd k=5, ssd N=4, freedave d=4)")
     ap.add_argument("--cooldown", type=float, default=90.0,
                     help="seconds at most to wait for load average <= cores/2 before a row-run")
     args = ap.parse_args()

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import sys
 import time
@@ -40,6 +39,7 @@ os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # collective_rp
 from benchmarks import configs as C  # noqa: E402
 from benchmarks.common import DEFAULT_MODEL, REPO, cpu_dtype, machine, machine_info  # noqa: E402
 from benchmarks.compare import Config  # noqa: E402
+from benchmarks.isolated import run_in_child  # noqa: E402
 
 PARTS = ("target_fwd", "draft_fwd", "plugin_py", "rest")
 
@@ -107,31 +107,6 @@ def measure(cfg: Config, n_prompts: int, max_tokens: int, batches: list[int]) ->
     return {"start_s": start_s, "wrapped": wrapped, "results": out}
 
 
-def _child(conn, *args) -> None:
-    try:
-        conn.send(measure(*args))
-    except BaseException as exc:  # noqa: BLE001 - re-raised by the parent
-        conn.send(RuntimeError(f"{type(exc).__name__}: {exc}"))
-    finally:
-        conn.close()
-
-
-def run_isolated(cfg: Config, *args) -> dict:
-    ctx = mp.get_context("spawn")
-    recv, send = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_child, args=(send, cfg, *args), daemon=False)
-    child.start()
-    send.close()
-    try:
-        got = recv.recv()
-    except EOFError:
-        got = RuntimeError(f"child exited with code {child.exitcode}")
-    child.join()
-    if isinstance(got, BaseException):
-        raise RuntimeError(f"row {cfg.name!r} failed") from got
-    return got
-
-
 def table(results: list[dict]) -> str:
     head = (f"{'method':<22}{'b':>2}{'steps':>6}{'wall s':>8}{'ms/step':>8}  "
             f"{'target fwd':>13}{'draft fwd':>13}{'plugin py':>13}{'(kv copy)':>10}"
@@ -178,7 +153,8 @@ def main() -> int:
     for i, cfg in enumerate(chosen):
         before = machine_info()
         t0 = time.perf_counter()
-        got = run_isolated(cfg, args.prompts, args.max_tokens, args.batch)
+        got = run_in_child(measure, cfg, args.prompts, args.max_tokens, args.batch,
+                           name=cfg.name)
         runs.append(dict(method=cfg.name, model=str(Path(cfg.model).relative_to(REPO)),
                          speculative_config=cfg.speculative_config,
                          additional_config=cfg.additional_config, start_s=got["start_s"],

@@ -35,28 +35,37 @@ def wait_quiet(max_s: float) -> float:
 
 
 def run_row(cfg, model, prompts, params, batches: list[int]) -> dict:
+    return run_in_child(_measure, cfg, model, prompts, params, batches, name=cfg.name)
+
+
+def run_in_child(fn, *args, name: str = ""):
+    """``fn(*args)`` in a spawned child process (module-level ``fn``, picklable arguments):
+    the engines it starts die with it. Returns its result or raises its exception."""
     ctx = mp.get_context("spawn")
     recv, send = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_child, args=(send, cfg, model, prompts, params, batches),
-                        name=f"bench-row {cfg.name}", daemon=False)  # vLLM starts its own children
+    child = ctx.Process(target=_child, args=(send, fn, args), name=f"bench-row {name}",
+                        daemon=False)  # vLLM starts its own children
     child.start()
     send.close()
     try:
         result = recv.recv()
     except EOFError:
         child.join()
-        raise RuntimeError(f"row {cfg.name!r}: child exited with code {child.exitcode}") from None
+        raise RuntimeError(f"row {name!r}: child exited with code {child.exitcode}") from None
     child.join()
     if isinstance(result, BaseException):
-        raise RuntimeError(f"row {cfg.name!r} failed in its child process") from result
+        raise RuntimeError(f"row {name!r} failed in its child process") from result
     return result
 
 
-def _child(conn, cfg, model, prompts, params, batches: list[int]) -> None:
+def _child(conn, fn, args) -> None:
     try:
-        conn.send(_measure(cfg, model, prompts, params, batches))
+        conn.send(fn(*args))
     except BaseException as exc:  # noqa: BLE001 - handed to the parent, which raises it
-        conn.send(exc)
+        try:
+            conn.send(exc)
+        except Exception:  # an exception that does not pickle
+            conn.send(RuntimeError(f"{type(exc).__name__}: {exc}"))
     finally:
         conn.close()
 

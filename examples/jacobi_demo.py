@@ -12,8 +12,11 @@ process, rounds cycling through both rows, a load-average cooldown before each r
 """
 
 import argparse
+import os
 import sys
 from pathlib import Path
+
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # the demo prints its own summary
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 

@@ -145,30 +145,41 @@ class BigramDrafter:
         if position + 1 in self.decoded:
             self.pairs[token][self.decoded[position + 1]] += 1
 
-    def dist(self, cond: int | None) -> torch.Tensor:
+    def _counts(self, cond: int | None) -> Counter:
         counts = self.pairs.get(cond) if cond is not None else None
-        counts = counts or self.unigram
+        return counts or self.unigram
+
+    def dist(self, cond: int | None) -> torch.Tensor:
+        counts = self._counts(cond)
         v = torch.ones(self.vocab_size, dtype=torch.float64)
         if counts:
             v = torch.zeros_like(v)
-            for tok, c in counts.items():
-                v[tok] = c
+            v[list(counts)] = torch.tensor(list(counts.values()), dtype=torch.float64)
         return v / v.sum()
 
+    def mode(self, cond: int | None) -> int:
+        """argmax of ``dist(cond)`` (lowest token id among ties, as ``argmax``), no tensor."""
+        counts = self._counts(cond)
+        return min(counts, key=lambda t: (-counts[t], t)) if counts else 0
+
     def draft(self, targets: Sequence[int], greedy: bool, generator):
-        """Lines 1-9: x_cond = the token left of the target, decoded or drafted this round."""
+        """Lines 1-9: x_cond = the token left of the target, decoded or drafted this round.
+        Greedy: q is the point mass at the mode (no randomness consumed)."""
         drafted: dict[int, int] = {}
         tokens, dists = [], []
         for pos in targets:
             cond = self.decoded.get(pos - 1, drafted.get(pos - 1))
-            q = self.dist(cond)
-            q = torch.nn.functional.one_hot(q.argmax(), self.vocab_size).double() if greedy \
-                else q
-            tok = int(sample(q[None], generator)[0])
+            if greedy:
+                tok = self.mode(cond)
+            else:
+                dists.append(self.dist(cond))
+                tok = int(sample(dists[-1][None], generator)[0])
             drafted[pos] = tok
             tokens.append(tok)
-            dists.append(q)
-        return torch.tensor(tokens), torch.stack(dists)  # [d], [d, V]
+        tokens = torch.tensor(tokens, dtype=torch.long)
+        if greedy:
+            return tokens, torch.nn.functional.one_hot(tokens, self.vocab_size).double()
+        return tokens, torch.stack(dists)  # [d], [d, V]
 
 
 def assd_decode(model: AsArm, tokens: Sequence[int], positions: Sequence[int],

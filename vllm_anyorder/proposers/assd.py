@@ -249,14 +249,15 @@ class AssdProposer(AnyOrderProposer):
         for p in plans:
             drafter, seen = self._bigrams.get(p.req_id) or (BigramDrafter(self.vocab_size, {}), 0)
             # bigrams of true positions (an infill request's neighbours may be visible)
+            # only the indices not folded in yet: [seen, n) decoded, [n, n + budget) drafted
             true = lookup(request_table(runner.requests[p.req_id]),
-                          torch.arange(p.n + p.budget)).tolist()
-            for i in range(seen, p.n):
-                drafter.observe(true[i], int(token_ids_cpu[p.row, i]))
+                          torch.arange(seen, p.n + p.budget)).tolist()
+            for i, tok in enumerate(token_ids_cpu[p.row, seen: p.n].tolist()):
+                drafter.observe(true[i], tok)
             self._bigrams[p.req_id] = (drafter, p.n)
             greedy = md.all_greedy or md.temperature is None or float(md.temperature[p.row]) == 0
             gen = md.generators.get(p.row, self._generator)
-            tokens, q = drafter.draft(true[p.n:], greedy, gen)
+            tokens, q = drafter.draft(true[p.n - seen:], greedy, gen)
             all_drafts.append(tokens)
             all_q.append(q.float())
         return torch.cat(all_drafts), torch.cat(all_q)

@@ -76,6 +76,19 @@ def test_bigram_drafter_counts_decoded_pairs_and_conditions_on_drafted_neighbour
     assert q.shape == (2, 5)
 
 
+def test_bigram_mode_is_the_argmax_of_its_distribution():
+    """The greedy fast path (no tensor) picks what argmax of dist picks, ties included."""
+    g = torch.Generator().manual_seed(3)
+    for trial in range(50):
+        seq = torch.randint(0, 6, (int(torch.randint(0, 12, (1,), generator=g)),),
+                            generator=g).tolist()
+        d = BigramDrafter(6, dict(enumerate(seq)))
+        for cond in [None, *range(7)]:
+            assert d.mode(cond) == int(d.dist(cond).argmax()), (seq, cond)
+        tokens, q = d.draft(range(len(seq), len(seq) + 3), True, None)
+        assert (q.argmax(-1) == tokens).all() and bool((q.sum(-1) == 1).all())
+
+
 def test_settings_and_inputs_are_validated(models):
     for bad in ({"k": 0}, {"temperature": -1.0}, {"drafter": "tree"}):
         with pytest.raises(ValueError):
