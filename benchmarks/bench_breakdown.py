@@ -39,7 +39,7 @@ os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # collective_rp
 from benchmarks import configs as C  # noqa: E402
 from benchmarks.common import DEFAULT_MODEL, REPO, cpu_dtype, machine, machine_info  # noqa: E402
 from benchmarks.compare import Config  # noqa: E402
-from benchmarks.isolated import run_in_child  # noqa: E402
+from benchmarks.isolated import run_in_child, wait_quiet  # noqa: E402
 
 PARTS = ("target_fwd", "draft_fwd", "plugin_py", "rest")
 
@@ -136,6 +136,8 @@ def main() -> int:
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--block", type=int, default=32, help="dLLM block length")
+    ap.add_argument("--cooldown", type=float, default=90.0,
+                    help="seconds at most to wait for load average <= cores/2 before a row")
     ap.add_argument("--rows", nargs="+", default=[],
                     help="only rows whose name starts with one of these (e.g. no-spec assd ssd)")
     args = ap.parse_args()
@@ -151,6 +153,7 @@ def main() -> int:
           + (f"; skipped (models missing): {skipped}" if skipped else ""))
     results, runs = [], []
     for i, cfg in enumerate(chosen):
+        waited = wait_quiet(args.cooldown)  # load average <= cores / 2 (the harness's rule)
         before = machine_info()
         t0 = time.perf_counter()
         got = run_in_child(measure, cfg, args.prompts, args.max_tokens, args.batch,
@@ -159,6 +162,7 @@ def main() -> int:
                          speculative_config=cfg.speculative_config,
                          additional_config=cfg.additional_config, start_s=got["start_s"],
                          row_s=time.perf_counter() - t0, wrapped=got["wrapped"],
+                         waited_s=round(waited, 1),
                          machine_before=before, machine_after=machine_info()))
         results += got["results"]
         print(f"[{i + 1}/{len(chosen)}] {cfg.name}: "
