@@ -50,25 +50,23 @@ class Run:
         return 1.0 + self.accepted / self.drafts if self.drafts else 1.0
 
 
-def cpu_flags() -> set[str]:
-    """The flags line of /proc/cpuinfo (empty off Linux)."""
+def _cpuinfo(key: str) -> str | None:
+    """The value of the first ``key`` line of /proc/cpuinfo (None off Linux or if absent)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.startswith(key):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return None
+
+
+def cpu_flags() -> set[str]:
+    return set((_cpuinfo("flags") or "").split())
+
+
+def cpu_model() -> str:
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def cpu_dtype() -> tuple[str, str]:

@@ -16,17 +16,8 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.common import cpu_model as _cpu_name
 from training.data import read_manifest
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def _dir_size(path: Path) -> int:
