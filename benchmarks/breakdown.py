@@ -100,15 +100,15 @@ def _wrap_attr(obj, name: str, cat: str, count: str | None = "") -> bool:
 
 
 def _is_patch(fn) -> bool:
-    """A wrapper defined in vllm_anyorder/patches.py (``functools.wraps`` copied the wrapped
-    function's ``__module__``, so ask its code object)."""
+    """A wrapper defined in the vllm_anyorder/patches package (``functools.wraps`` copied the
+    wrapped function's ``__module__``, so ask its code object)."""
     code = getattr(fn, "__code__", None)
     return hasattr(fn, "__wrapped__") and code is not None and \
-        code.co_filename.replace("\\", "/").endswith("vllm_anyorder/patches.py")
+        "vllm_anyorder/patches/" in code.co_filename.replace("\\", "/")
 
 
 def _retag_inner(fn) -> None:
-    """In a patches.py wrapper (class level, shared), re-tag the function it wraps: its
+    """In a patch wrapper (class level, shared), re-tag the function it wraps: its
     closure cell holding ``__wrapped__`` gets a frame ("plugin" for another patch wrapper,
     whose body is plugin code too, else "vllm_inner"). Recurses down a chain of wrappers."""
     inner = fn.__wrapped__

@@ -5,13 +5,14 @@ it starts (front-end, EngineCore, each worker, Ray actors; all spawned), so it i
 cheap, and touches no device. Importing this package imports neither torch nor vLLM.
 
 Layers: ``core`` (engine-free algorithms) <- ``proposers`` / ``attention_backends`` /
-``model_executor`` (thin vLLM adapters) <- ``register`` (this file) + ``patches`` (ledger).
+``model_executor`` (thin vLLM adapters) <- ``register`` (this file). ``patches`` (the
+ledger) sits at the bottom with ``_compat``: callers hand each patch what it needs.
 """
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
-__all__ = ["register", "__version__"]
+__all__ = ["register", "apply_front_end_patches", "__version__"]
 
 _REGISTERED = False
 
@@ -21,9 +22,7 @@ def register() -> None:
     global _REGISTERED
     if _REGISTERED:
         return
-    from vllm_anyorder import patches
-
-    patches.apply_front_end_patches()
+    apply_front_end_patches()
     from vllm_anyorder.model_executor import asarm_engine
 
     asarm_engine.register()  # AS-ARM (anyorder_llama) model class, config, engine settings
@@ -31,3 +30,15 @@ def register() -> None:
 
     dllm_engine.register()  # LLaDA / Dream model classes, configs, engine settings
     _REGISTERED = True
+
+
+def apply_front_end_patches() -> None:
+    """The patches every process needs early, with what they need from the plugin's upper
+    layers (the ledger itself imports nothing above ``_compat``)."""
+    from vllm_anyorder import engine_setup, infill, patches
+
+    patches.apply("method_names", on_speculative_config=engine_setup.on_speculative_config)
+    patches.apply("cpu_expand_kernel")
+    patches.apply("cpu_padded_drafts")
+    patches.apply("infill_requests", screen=infill.screen_request,
+                  complete=infill.complete_request)

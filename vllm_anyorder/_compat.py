@@ -1,6 +1,6 @@
 """Every private vLLM import the plugin makes, in one place (checked against vLLM 0.32.0).
 
-If a vLLM upgrade moves one of these, this file and ``patches.py`` are the only places to
+If a vLLM upgrade moves one of these, this file and ``patches/`` are the only places to
 change. Each accessor imports lazily so importing the plugin never imports vLLM.
 """
 

@@ -2,7 +2,7 @@
 
 Users pass options as ``--additional-config '{"anyorder": {"<method>": {...}}}'`` (or
 ``LLM(additional_config={"anyorder": {...}})``). :func:`resolve` runs once in the front-end
-process when the engine config is built (see ``patches.py``), rejects bad input before any
+process when the engine config is built (see ``patches/front_end.py``), rejects bad input before any
 engine process starts, and writes the normalised options back into ``additional_config`` so
 every worker (mp, Ray, each TP rank) parses the identical dictionary with :func:`load`.
 

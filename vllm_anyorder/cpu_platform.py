@@ -20,5 +20,11 @@ class AnyorderCpuPlatform(CpuPlatform):
         # before Ray is asked for the actor's devices).
         from vllm_anyorder import patches
 
-        patches.apply_ray_cpu()
+        patches.apply("ray_cpu", on_cpu_platform=_on_cpu_platform)
         return "CPU"
+
+
+def _on_cpu_platform() -> bool:
+    from vllm.platforms import current_platform
+
+    return isinstance(current_platform, AnyorderCpuPlatform)

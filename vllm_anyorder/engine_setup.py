@@ -146,3 +146,14 @@ def _check_target(method: methods.MethodSpec, model_config) -> None:
             f"{method.target_family} target, but "
             f"{model_config.model!r} ({getattr(hf, 'architectures', None)}) is a {family} model"
         )
+
+
+def on_speculative_config(engine_args: Any, target_model_config: Any) -> None:
+    """Called by patch ``method_names`` just before vLLM builds ``SpeculativeConfig``: a
+    diffusion LLM without a speculative config gets ``stepwise`` (its only decoding path in
+    vLLM); a plugin method's dict is validated and rewritten (:func:`resolve`)."""
+    if engine_args.speculative_config is None:
+        engine_args.speculative_config = default_spec(target_model_config)
+    if isinstance(engine_args.speculative_config, dict):
+        engine_args.speculative_config, engine_args.additional_config = resolve(
+            engine_args.speculative_config, engine_args.additional_config, target_model_config)

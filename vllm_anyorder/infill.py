@@ -171,3 +171,30 @@ def generate(llm: Any, sequences: Sequence[Sequence[int | None]], params: Any,
     outs = llm.generate([r.prompt() for r in requests],
                         [sampling_params(params, r) for r in requests], use_tqdm=False)
     return [[r.merge(c.token_ids) for c in o.outputs] for r, o in zip(requests, outs)]
+
+
+def screen_request(params: Any, model_config: Any) -> list[int] | None:
+    """Front-end check before tokenization (patch ``infill_requests``): the masked positions
+    of an infill request on an AS-ARM with valid sampling settings, None for other requests."""
+    masked = parse(getattr(params, "extra_args", None))
+    if masked is None:
+        return None
+    from vllm_anyorder.model_executor.asarm_engine import is_asarm
+
+    if not is_asarm(model_config.hf_config):
+        raise InfillError(f"infill requests need an any-subset AR model (AS-ARM); "
+                          f"{model_config.model!r} generates left to right only")
+    check_sampling(params)
+    return masked
+
+
+def complete_request(request: Any, params: Any, masked: list[int], model_config: Any) -> None:
+    """Front-end check after tokenization: ``max_tokens`` defaults to the number of masks;
+    positions are checked against the tokenized prompt and ``max_model_len``."""
+    sp = request.sampling_params
+    if getattr(params, "max_tokens", None) is None:
+        sp.max_tokens = len(masked)
+    ids = request.prompt_token_ids
+    if ids is None:
+        raise InfillError("infill requests need token ids (no prompt embeds)")
+    check(masked, len(ids), sp.max_tokens, model_config.max_model_len)

@@ -2,7 +2,7 @@
 
 vLLM 0.32 has no registry of speculative methods; its documented hook is
 ``method="custom_class"`` with ``model="<module>.<Class>"``. The plugin lets users write
-``{"method": "jacobi", ...}`` and rewrites it to that hook at config time (``patches.py``).
+``{"method": "jacobi", ...}`` and rewrites it to that hook at config time (``patches/front_end.py``).
 Dispatch is by this table, never by if/elif chains. Imports neither torch nor vLLM.
 """
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -63,13 +64,13 @@ def test_register_twice_applies_the_front_end_patches_once():
         first = cls.create_speculative_config
         kernel = getattr(_compat.cpu_triton_utils(), "_expand_kernel_impl", None)
         vllm_anyorder.register()
-        patches.apply_front_end_patches()  # even called directly, nothing is re-wrapped
+        vllm_anyorder.apply_front_end_patches()  # even called directly, nothing is re-wrapped
         print(json.dumps({
             "applied": sorted(patches.applied()),
             "same_wrapper": cls.create_speculative_config is first,
             "kernel_same": getattr(_compat.cpu_triton_utils(), "_expand_kernel_impl", None)
                            is kernel,
-            "wrapped_by_us": first.__code__.co_filename.endswith("patches.py"),
+            "wrapped_by_us": "vllm_anyorder/patches/" in first.__code__.co_filename,
             "wraps_vllm": not hasattr(first.__wrapped__, "__wrapped__")
                           and first.__wrapped__.__module__ == "vllm.engine.arg_utils",
         }))
@@ -102,7 +103,7 @@ def test_disabled_patch_is_skipped(monkeypatch):
     monkeypatch.setattr(_compat, "cpu_triton_utils", lambda: kernels)
     monkeypatch.setattr(_compat, "input_processor_cls", lambda: FakeInputProcessor)
     monkeypatch.setenv("VLLM_ANYORDER_DISABLE_PATCHES", " cpu_expand_kernel ,infill_requests")
-    patches.apply_front_end_patches()
+    vllm_anyorder.apply_front_end_patches()
     assert patches.applied() == {"method_names", "cpu_padded_drafts"}  # no such kernel: no-op
     assert FakeInputProcessor().process_inputs("r", None, None) == "stock"
     assert kernels._expand_kernel_impl is stock_kernel
@@ -128,15 +129,26 @@ def test_importing_the_package_imports_neither_torch_nor_vllm():
 
 def test_every_ledger_entry_documents_why_what_checked_remove():
     ledger = patches.describe()
-    assert {e["name"] for e in ledger} == {
-        name for name in dir(patches)
-        if name.startswith("apply_") and name != "apply_front_end_patches"
-    }, "every patch must be listed in patches.describe()"
+    patch_functions = {
+        f"{module.__name__}.{name}" for module in vars(patches).values()
+        if isinstance(module, ModuleType) and module.__name__.startswith(patches.__name__ + ".")
+        for name in dir(module) if name.startswith("apply_")
+    }
+    assert {f"{p.install.__module__}.{p.install.__name__}" for p in patches.LEDGER} == \
+        patch_functions, "every patch function must have one LEDGER entry"
+    assert len({e["name"] for e in ledger}) == len(ledger) == len(patch_functions)
     for entry in ledger:
         doc = entry["doc"] or ""
         for section in ("Why:", "What:", "Checked:", "Remove:"):
             assert section in doc, f"{entry['name']} lacks '{section}'"
         assert "0.32" in doc.split("Checked:")[1], f"{entry['name']}: vLLM version checked"
+        assert entry["why"] and entry["remove"], entry["name"]
+
+
+def test_docs_patch_table_is_generated_from_the_ledger():
+    from vllm_anyorder.patches.__main__ import DOC, render
+
+    assert DOC.read_text() == render(), "run: python -m vllm_anyorder.patches --write"
 
 
 def test_method_table_maps_jacobi_to_an_importable_proposer():

@@ -78,9 +78,10 @@ def test_row_positions_of_a_mixed_batch():
 
 
 def test_infill_on_a_left_to_right_model_is_refused_in_the_front_end():
-    from vllm_anyorder import _compat, patches
+    from vllm_anyorder import _compat, infill, patches
 
-    patches.apply_infill_requests()
+    patches.apply("infill_requests", screen=infill.screen_request,
+                  complete=infill.complete_request)
     processor = NS(model_config=NS(hf_config=NS(architectures=["LlamaForCausalLM"],
                                                 model_type="llama"), model="tiny-llama"))
     params = NS(extra_args={"anyorder_infill": [1, 2]}, ignore_eos=True)

@@ -264,3 +264,13 @@ def forward_true_positions(layer_name: str):
     if getattr(md, "positions", None) is None:
         return None
     return md.positions, md.query_positions
+
+
+def apply_runner_patches() -> None:
+    """Install the two runner patches this builder reads (called by the AS-ARM model
+    classes in the worker): prompt ends and infill requests' true positions."""
+    from vllm_anyorder import patches
+
+    patches.apply("asarm_prompt_lens", prompt_lens=PROMPT_LENS)
+    patches.apply("asarm_infill_positions", position_tables=asarm_positions.POSITION_TABLES,
+                  batch_tables=asarm_positions.batch_tables)

@@ -49,6 +49,7 @@ from vllm.model_executor.models.utils import AutoWeightsLoader, make_layers, may
 
 from vllm_anyorder.attention_backends.asarm_cpu import (
     AsArmCPUBackend,
+    apply_runner_patches,
     content_attention,
     forward_stream_positions,
     query_attention,
@@ -189,12 +190,7 @@ class AnySubsetLlamaForCausalLM(nn.Module):
 
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = "") -> None:
         super().__init__()
-        from vllm_anyorder import patches
-
-        if "asarm_prompt_lens" not in patches.disabled():  # (disabling: diagnostics only)
-            patches.apply_asarm_prompt_lengths()  # the attention builder sees prompt ends
-        if "asarm_infill_positions" not in patches.disabled():
-            patches.apply_asarm_infill_positions()  # ... and infill requests' positions
+        apply_runner_patches()  # the attention builder sees prompt ends and infill positions
         config = vllm_config.model_config.hf_config
         self.config = config
         self.model = AsArmModel(vllm_config=vllm_config, prefix=maybe_prefix(prefix, "model"))

@@ -46,6 +46,7 @@ from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 from vllm_anyorder.attention_backends import xlnet_relative as rel
 from vllm_anyorder.attention_backends.asarm_cpu import (
     _layer_metadata,
+    apply_runner_patches,
     forward_stream_positions,
 )
 from vllm_anyorder.model_executor.asarm_vllm import QueryPlan, _forward_context
@@ -192,12 +193,7 @@ class XLNetAnySubsetLM(nn.Module):
 
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = "") -> None:
         super().__init__()
-        from vllm_anyorder import patches
-
-        if "asarm_prompt_lens" not in patches.disabled():
-            patches.apply_asarm_prompt_lengths()
-        if "asarm_infill_positions" not in patches.disabled():
-            patches.apply_asarm_infill_positions()
+        apply_runner_patches()  # the attention builder sees prompt ends and infill positions
         config = vllm_config.model_config.hf_config
         self.config = config
         self.transformer = XLNetTransformer(vllm_config, "transformer")

@@ -56,7 +56,7 @@ class AssdProposer(AnyOrderProposer):
 
     def __init__(self, vllm_config: Any) -> None:
         super().__init__(vllm_config)
-        patches.apply_draft_probs_handover()
+        patches.apply("draft_probs")
         self.cfg = config.load(vllm_config.additional_config, "assd", k=self.max_chain)
         self.k = min(self.cfg.k, self.max_chain)
         self.vocab_size = int(vllm_config.model_config.get_vocab_size())

@@ -23,7 +23,7 @@ class AnyOrderProposer:
     def __init__(self, vllm_config: Any) -> None:
         from vllm_anyorder import patches
 
-        patches.apply_verification_hook()
+        patches.apply("verification_hook")
         self.vllm_config = vllm_config
         self.max_chain = int(vllm_config.speculative_config.num_speculative_tokens)
         self.max_model_len = int(vllm_config.model_config.max_model_len)

@@ -285,8 +285,8 @@ def fake_runner_cls(monkeypatch):
 
 
 def test_draft_probs_patch_hands_over_only_what_the_drafter_gives(fake_runner_cls):
-    patches.apply_draft_probs_handover()
-    patches.apply_draft_probs_handover()  # idempotent
+    patches.apply("draft_probs")
+    patches.apply("draft_probs")  # idempotent
     probs = torch.rand(1, 2, V)
     runner = fake_runner_cls()
     runner.drafter = NS(take_draft_probs=lambda: (["x"], probs))
@@ -304,7 +304,7 @@ def test_draft_probs_patch_gives_padded_requests_a_zero_q_row(fake_runner_cls):
     """vLLM pads a 1-token request joining running ones to [token, -1 x k]; without a q row
     for it vLLM would drop q for the whole step. Its row is zeros (its -1 drafts are always
     rejected, recovery from p); a request with real drafts but no q is left alone."""
-    patches.apply_draft_probs_handover()
+    patches.apply("draft_probs")
     probs = torch.rand(1, 2, V)
     runner = fake_runner_cls()
     runner.drafter = NS(take_draft_probs=lambda: (["x"], probs))
@@ -321,7 +321,7 @@ def test_draft_probs_patch_gives_padded_requests_a_zero_q_row(fake_runner_cls):
 def test_prompt_lengths_patch_scopes_the_batch_prompt_lengths(fake_runner_cls):
     from vllm_anyorder.attention_backends import asarm_cpu
 
-    patches.apply_asarm_prompt_lengths()
+    patches.apply("asarm_prompt_lens", prompt_lens=asarm_cpu.PROMPT_LENS)
     lens = torch.tensor([3, 1])
     runner = fake_runner_cls()
     runner.input_batch = NS(num_prompt_tokens_cpu_tensor=lens)

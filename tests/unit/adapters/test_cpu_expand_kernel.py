@@ -56,7 +56,7 @@ def test_stock_vllm_expand_kernel_ignores_float_outputs():
     # ... but a float32 output is left untouched (the C++ kernel wrote into a copy)
     assert result["float32"] == [-1.0] * 5, (
         "vLLM's stock _expand_kernel_impl now writes float outputs in place: upstream fixed "
-        "the bug. Remove the cpu_expand_kernel patch (vllm_anyorder/patches.py, "
+        "the bug. Remove the cpu_expand_kernel patch (vllm_anyorder/patches/, "
         "docs/UPSTREAM.md) and this test.")
     assert result["int32"] == [-1] * 5  # same bug for top-k (int32)
 
@@ -65,10 +65,10 @@ def test_stock_vllm_expand_kernel_ignores_float_outputs():
 def expand():
     from vllm_anyorder import patches
 
-    patches.apply_cpu_expand_kernel()
+    patches.apply("cpu_expand_kernel")
     assert "cpu_expand_kernel" in patches.applied()
     fn = cpu_triton_utils._expand_kernel_impl
-    assert fn.__module__ == "vllm_anyorder.patches"
+    assert fn.__module__ == "vllm_anyorder.patches.cpu_kernels"
     return fn
 
 

@@ -25,7 +25,7 @@ def _call(kernel, drafts, is_greedy):
 def kernels():
     from vllm_anyorder import _compat, patches
 
-    patches.apply_cpu_padded_drafts()
+    patches.apply("cpu_padded_drafts")
     module = _compat.cpu_triton_utils()
     if module is None or not hasattr(module, "_rejection_random_sample_kernel_impl"):
         pytest.skip("no CPU rejection kernel in this vLLM build")

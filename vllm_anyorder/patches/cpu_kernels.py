@@ -1,0 +1,94 @@
+"""Patches of vLLM's CPU fallbacks for its Triton kernels (every process; inert on GPU builds)."""
+
+from __future__ import annotations
+
+import functools
+
+from vllm_anyorder import _compat
+
+def apply_cpu_expand_kernel() -> None:
+    """Fix vLLM's CPU fallback of ``expand_kernel`` for float tensors.
+
+    Why: ``cpu_triton_utils._expand_kernel_impl`` passes its output through ``_ensure_int64``,
+    which *copies* non-int64 tensors, so the C++ kernel writes into a temporary and
+    ``expand_batch_to_tokens`` returns uninitialised memory for per-token temperature, top-k
+    and top-p. ``apply_sampling_constraints`` then scales target logits by garbage and every
+    speculative method on the CPU build samples from a wrong distribution at temperature > 0
+    (greedy is unaffected). Reported upstream in docs/UPSTREAM.md.
+    What: replaces the module attribute with a dtype-preserving torch implementation before
+    the CPU platform registers its kernel overrides (``worker_base.init_worker`` loads general
+    plugins first, then calls ``register_triton_kernel_overrides``). GPU builds never call it.
+    Checked: vLLM 0.32.0 (``utils/cpu_triton_utils.py:394``, ``platforms/cpu.py:683-721``).
+    Remove: once upstream writes into ``output`` in place for every dtype.
+    """
+    module = _compat.cpu_triton_utils()
+    if module is None or not hasattr(module, "_expand_kernel_impl"):
+        return
+
+    def _expand_kernel_impl(
+        output, input_val, cu_num_tokens, replace_from, replace_to, MAX_NUM_TOKENS=None
+    ):
+        # output[cu[i-1]:cu[i]] = input[i] (with replace_from -> replace_to), any dtype.
+        import torch
+
+        counts = torch.diff(cu_num_tokens.to(torch.int64), prepend=cu_num_tokens.new_zeros(1))
+        values = torch.where(
+            input_val == replace_from, torch.full_like(input_val, replace_to), input_val
+        )
+        total = int(counts.sum())
+        output[:total] = torch.repeat_interleave(values, counts).to(output.dtype)
+
+    module._expand_kernel_impl = _expand_kernel_impl
+
+
+def apply_cpu_padded_drafts() -> None:
+    """Make vLLM's CPU rejection kernel reject padded (-1) drafts, as the Triton kernel does.
+
+    Why: the scheduler pads a request that joins running ones with one token left to compute
+    (a 1-token prompt, a prefix-cache hit, a resumed request) to ``[token, -1 x k]``
+    (``v1/core/sched/scheduler.py:1131``). The Triton ``rejection_random_sample_kernel``
+    rejects a negative draft (``v1/sample/rejection_sampler.py:865``); the CPU build's C++
+    ``rejection_random_sample_kernel_impl`` does not check: it reads draft/target
+    probabilities at ``row * V - 1`` (the previous row's last entry, or out of bounds), may
+    "accept" the -1, and then commits a token recovered at a later padded position (a
+    distribution conditioned on a -1 input). Sampled requests then get wrong tokens and
+    speculative methods lose exactness on CPU (ASSD at temperature > 0; Lemma 1 counts).
+    What: wraps the module attribute before the CPU platform registers its kernel overrides:
+    runs the C++ kernel with negative drafts clamped to 0, then for every non-greedy request
+    whose first negative draft j was reached (output[j] written, i.e. nothing rejected
+    before j) sets output[j] to the recovered token of position j and clears the rest,
+    exactly the Triton kernel's result. Batches without negative drafts are untouched.
+    Checked: vLLM 0.32.0 (``utils/cpu_triton_utils.py:346``, ``platforms/cpu.py:683-721``).
+    Remove: once the C++ kernel rejects ``draft_token_id < 0``.
+    """
+    module = _compat.cpu_triton_utils()
+    if module is None or not hasattr(module, "_rejection_random_sample_kernel_impl"):
+        return
+    import inspect
+
+    original = module._rejection_random_sample_kernel_impl
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def _rejection_random_sample_kernel_impl(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        a = bound.arguments
+        drafts = a["draft_token_ids"]
+        negative = drafts < 0
+        if not bool(negative.any()):
+            return original(*bound.args, **bound.kwargs)
+        a["draft_token_ids"] = drafts.clamp(min=0)
+        original(*bound.args, **bound.kwargs)
+        out, recovered, greedy = a["output_token_ids"], a["recovered_token_ids"], a["is_greedy"]
+        ends = a["cu_num_draft_tokens"].tolist()
+        start = 0
+        for req, end in enumerate(ends):
+            first = negative[start:end].nonzero()
+            if len(first) and not (greedy is not None and bool(greedy[req])):
+                j = int(first[0])
+                if int(out[req, j]) != -1:  # position j reached: nothing rejected before
+                    out[req, j] = recovered[start + j]
+                    out[req, j + 1:] = -1
+            start = end
+
+    module._rejection_random_sample_kernel_impl = _rejection_random_sample_kernel_impl

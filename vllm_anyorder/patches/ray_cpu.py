@@ -1,0 +1,49 @@
+"""Patches that let vLLM's Ray executor place CPU workers (the plugin's CPU platform only)."""
+
+from __future__ import annotations
+
+import functools
+
+from vllm_anyorder import _compat
+
+def apply_ray_cpu(on_cpu_platform) -> None:
+    """Let vLLM's Ray executor place CPU workers (with the plugin's CPU platform).
+
+    Why: stock vLLM 0.32 has no Ray support on CPU. ``AnyorderCpuPlatform`` (the
+    ``vllm.platform_plugins`` entry point, chosen only where vLLM picks its stock CPU
+    platform) sets ``ray_device_key = "CPU"``, so placement-group bundles are ``{"CPU": 1}``.
+    Two spots of the Ray path still assume an accelerator: the actor options put the key into
+    ``resources=`` (Ray refuses ``"CPU"`` there) and each actor looks its devices up in Ray's
+    accelerator-id dict, which has no ``"CPU"`` entry (KeyError).
+    What: (1) wraps ``RayExecutorV2._get_actor_resource_kwargs``: with our CPU platform it
+    returns ``{"num_gpus": 0}`` (the actor is created with ``num_cpus=0`` inside its bundle,
+    which holds the CPU, as a GPU actor sits in a GPU bundle); (2) wraps Ray's
+    ``RuntimeContext.get_accelerator_ids`` to add ``"CPU": []`` (no device ids: CPU workers
+    are ordered by rank, local ranks come from the node's bundle order). Installed lazily by
+    ``AnyorderCpuPlatform.ray_device_key`` (read only by Ray code paths), so processes
+    without Ray or on any other platform are untouched. The legacy ``RayDistributedExecutor``
+    (``VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0``) is not supported (Ray refuses at start-up).
+    Checked: vLLM 0.32.0 (``v1/executor/ray_executor_v2.py:144-156,276-282``,
+    ``v1/executor/ray_utils.py:572-630``), Ray 2.60.0 (``runtime_context.py:577``).
+    Remove: when vLLM's CPU platform supports Ray (sets ``ray_device_key`` itself).
+    """
+    executor = _compat.ray_executor_v2_cls()
+    if executor is not None:
+        original_kwargs = executor._get_actor_resource_kwargs
+
+        def _get_actor_resource_kwargs():
+            return {"num_gpus": 0} if on_cpu_platform() else original_kwargs()
+
+        executor._get_actor_resource_kwargs = staticmethod(_get_actor_resource_kwargs)
+    context = _compat.ray_runtime_context_cls()
+    if context is not None:
+        original_ids = context.get_accelerator_ids
+
+        @functools.wraps(original_ids)
+        def get_accelerator_ids(self):
+            ids = original_ids(self)
+            if on_cpu_platform():
+                ids.setdefault("CPU", [])
+            return ids
+
+        context.get_accelerator_ids = get_accelerator_ids
