@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 
 from vllm_anyorder import _compat
+from vllm_anyorder.contract import DraftProbsSource, RunnerView, VerificationObserver
 
 def apply_verification_hook() -> None:
     """Show an anyorder proposer the target's logits of every verified row.
@@ -16,7 +17,8 @@ def apply_verification_hook() -> None:
     The dLLM methods (``stepwise``, ``ssd``, ``freedave``) decide a whole block at this point
     (their denoising forwards run here) and must make vLLM commit it.
     What: wraps ``GPUModelRunner._sample`` (inherited by the V1 ``CPUModelRunner``): when the
-    runner's drafter has ``observe_verification``, it is called with the runner, the logits
+    runner's drafter is a ``contract.VerificationObserver``, it is called with the step's
+    ``contract.RunnerView`` (built here, the one place that reads the runner), the logits
     (``[sum(num_draft+1), V]``, request-major in input-batch order) and the spec-decode
     metadata, before vLLM samples. Jacobi and the others only read the logits; the dLLM
     proposer overwrites them in place with one-hot rows of the decided tokens.
@@ -28,9 +30,9 @@ def apply_verification_hook() -> None:
 
     @functools.wraps(original)
     def _sample(self, logits, spec_decode_metadata):
-        observe = getattr(getattr(self, "drafter", None), "observe_verification", None)
-        if observe is not None and logits is not None:
-            observe(self, logits, spec_decode_metadata)
+        drafter = getattr(self, "drafter", None)
+        if logits is not None and isinstance(drafter, VerificationObserver):
+            drafter.observe_verification(RunnerView.of(self), logits, spec_decode_metadata)
         return original(self, logits, spec_decode_metadata)
 
     cls._sample = _sample
@@ -45,8 +47,8 @@ def apply_draft_probs_handover() -> None:
     point-mass rule. vLLM 0.32 only picks up draft probabilities from its own EAGLE /
     draft-model proposers; for ``custom_class`` ``_draft_probs`` stays None.
     What: wraps ``GPUModelRunner.propose_draft_token_ids`` (inherited by the V1
-    ``CPUModelRunner``): after it returns, when the runner's drafter has
-    ``take_draft_probs()`` and that returns ``(req_ids, probs [R, K, V] float32)``, sets
+    ``CPUModelRunner``): after it returns, when the runner's drafter is a
+    ``contract.DraftProbsSource`` and ``take_draft_probs()`` returns ``(req_ids, probs [R, K, V] float32)``, sets
     ``self._draft_probs`` / ``self._draft_prob_req_ids`` exactly as vLLM does for EAGLE, so
     the next step's ``_get_spec_decode_draft_probs`` gathers row ``req_ids.index(r)`` for each
     request r with drafts. A proposer that returns None leaves vLLM's behaviour unchanged.
@@ -66,9 +68,9 @@ def apply_draft_probs_handover() -> None:
     @functools.wraps(original)
     def propose_draft_token_ids(self, *args, **kwargs):
         drafts = original(self, *args, **kwargs)
-        take = getattr(getattr(self, "drafter", None), "take_draft_probs", None)
-        if take is not None:
-            handed = take()
+        drafter = getattr(self, "drafter", None)
+        if isinstance(drafter, DraftProbsSource):
+            handed = drafter.take_draft_probs()
             if handed is not None:
                 req_ids, probs = handed
                 self._draft_probs = probs
@@ -91,7 +93,7 @@ def apply_draft_probs_handover() -> None:
 
         ids = self._draft_prob_req_ids
         if self._draft_probs is not None and ids is not None and \
-                hasattr(getattr(self, "drafter", None), "take_draft_probs"):
+                isinstance(getattr(self, "drafter", None), DraftProbsSource):
             drafts = spec_decode_metadata.draft_token_ids.tolist()
             start, padded = 0, []
             for req_id, n in zip(self.input_batch.req_ids,

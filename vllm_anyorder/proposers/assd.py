@@ -77,8 +77,8 @@ class AssdProposer(AnyOrderProposer):
         self._drafted: set[str] = set()  # requests the last ``propose`` drafted for
         self.trace: list[dict] | None = None
 
-    def observe_verification(self, runner: Any, logits: Any, spec_decode_metadata: Any) -> None:
-        super().observe_verification(runner, logits, spec_decode_metadata)
+    def observe_verification(self, view: Any, logits: Any, spec_decode_metadata: Any) -> None:
+        super().observe_verification(view, logits, spec_decode_metadata)
         counts = [] if spec_decode_metadata is None else spec_decode_metadata.num_draft_tokens
         # only our drafts: vLLM pads a request joining running ones to [token, -1 x k]
         # (never accepted); that is not a drafting round
@@ -103,9 +103,9 @@ class AssdProposer(AnyOrderProposer):
         self._handed = None
         self._drafted = set()
         req_ids = self.batch_req_ids()
-        runner = self._runner
+        view = self.view
         chains: list[list[int]] = [[] for _ in sampled_token_ids]
-        if runner is None or len(req_ids) != len(sampled_token_ids):
+        if view is None or len(req_ids) != len(sampled_token_ids):
             return chains
         plans = []
         for row, committed in enumerate(sampled_token_ids):
@@ -119,16 +119,17 @@ class AssdProposer(AnyOrderProposer):
                     self.rounds_first_accepted += len(committed) >= 2
                     self.drafted_tokens += self._verified[req_id]
                     self.accepted_tokens += len(committed) - 1
-            budget = self._budget(runner, req_id, committed, n)
+            budget = self._budget(view, req_id, committed, n)
             if budget > 0:
                 plans.append(_Plan(row, req_id, n, budget))
-        self._release(set(req_ids))
+        self.drop_departed(self.live, lambda r, stats: self.finished.append((r, *stats)))
+        self.drop_departed(self._bigrams)
         self._verified = {}
         if plans:
             if self.cfg.drafter == "self":
-                plans, drafts, q = self._draft_self(runner, plans, token_ids_cpu)
+                plans, drafts, q = self._draft_self(view, plans, token_ids_cpu)
             else:
-                drafts, q = self._draft_ngram(runner, plans, token_ids_cpu)
+                drafts, q = self._draft_ngram(view, plans, token_ids_cpu)
             if plans:
                 probs = torch.zeros(len(plans), self.k, q.shape[-1], dtype=torch.float32)
                 start = 0
@@ -141,10 +142,10 @@ class AssdProposer(AnyOrderProposer):
                 self._drafted = {p.req_id for p in plans}
         return chains
 
-    def _budget(self, runner: Any, req_id: str, committed: list[int], n: int) -> int:
+    def _budget(self, view: Any, req_id: str, committed: list[int], n: int) -> int:
         """Drafts for this request: at most k, inside max_model_len, and only while at least
         two tokens remain (one remaining token is a plain decoding step: 1 forward, 1 token)."""
-        state = runner.requests.get(req_id)
+        state = view.requests.get(req_id)
         sp = getattr(state, "sampling_params", None)
         if not committed or sp is None:
             return 0
@@ -155,21 +156,14 @@ class AssdProposer(AnyOrderProposer):
         room = self.max_model_len - n - 1
         return max(0, min(self.k, room, remaining - 1))
 
-    def _release(self, live: set[str]) -> None:
-        for req_id in [r for r in self.live if r not in live]:
-            forwards, tokens = self.live.pop(req_id)
-            self.finished.append((req_id, forwards, tokens))
-        for req_id in [r for r in self._bigrams if r not in live]:
-            del self._bigrams[req_id]
-
     # ------------------------------------------------------------------ drafters
     @torch.inference_mode()
-    def _draft_self(self, runner: Any, plans: list[_Plan], token_ids_cpu):
+    def _draft_self(self, view: Any, plans: list[_Plan], token_ids_cpu):
         """Alg. 1 lines 5-8 for every planned request in one forward."""
         from vllm_anyorder.attention_backends.asarm_cpu import build_metadata, prefix_metadata
         from vllm_anyorder.model_executor.asarm_vllm import QueryPlan
 
-        table = runner.input_batch.block_table[0]
+        table = view.block_table
         bs = int(table.block_size)
         blocks = table.get_cpu_tensor()
         # the last decoded token's K/V go to its own slot: it must be allocated already
@@ -181,13 +175,13 @@ class AssdProposer(AnyOrderProposer):
         tokens = torch.tensor([int(token_ids_cpu[p.row, p.n - 1]) for p in plans])
         slots = (blocks[rows, last // bs].to(torch.int64) * bs + last % bs)
         # rotary at true positions (an infill request's table; else the sequence index)
-        tables = [request_table(runner.requests[p.req_id]) for p in plans]
+        tables = [request_table(view.requests[p.req_id]) for p in plans]
         last_pos = torch.cat([lookup(t, last[j: j + 1]) for j, t in enumerate(tables)])
         query_pos = torch.cat([lookup(t, torch.arange(p.n, p.n + p.budget))
                                for p, t in zip(plans, tables)])
         device = next(self.target.parameters()).device
         block_rows = blocks[rows].to(device)
-        builder = runner.attn_groups[0][0].get_metadata_builder()
+        builder = view.metadata_builder()
         seq_lens = [p.n for p in plans]
         plan = QueryPlan(
             content=build_metadata(builder, [1] * len(plans), seq_lens, block_rows,
@@ -201,23 +195,23 @@ class AssdProposer(AnyOrderProposer):
         self.query_forwards += 1
         for p in plans:
             self.live.setdefault(p.req_id, [0, 0])[0] += 1
-        drafts, q = self._sample_drafts(runner, plans, logits)
+        drafts, q = self._sample_drafts(view, plans, logits)
         if self.trace is not None:
             start = 0
             for p in plans:
                 self.trace.append({"req_id": p.req_id,
-                                   "num_prompt": int(runner.requests[p.req_id].num_prompt_tokens),
+                                   "num_prompt": int(view.requests[p.req_id].num_prompt_tokens),
                                    "prefix": token_ids_cpu[p.row, : p.n].tolist(),
                                    "logits": logits[start: start + p.budget].clone(),
                                    "drafts": drafts[start: start + p.budget].tolist()})
                 start += p.budget
         return plans, drafts, q
 
-    def _sample_drafts(self, runner: Any, plans: list[_Plan], logits: torch.Tensor):
+    def _sample_drafts(self, view: Any, plans: list[_Plan], logits: torch.Tensor):
         """Each draft independently from q = the request's sampling transform of its logits
         (the transform vLLM's rejection sampler applies to the target): the argmax for
         greedy requests (q one-hot), else temperature, top-k, top-p, softmax."""
-        md = runner.input_batch.sampling_metadata
+        md = view.sampling_metadata
         counts = torch.tensor([p.budget for p in plans])
         rows = torch.tensor([p.row for p in plans]).repeat_interleave(counts)  # per draft
         greedy_q = torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
@@ -241,16 +235,16 @@ class AssdProposer(AnyOrderProposer):
         q = torch.where(greedy[:, None], greedy_q, q)
         return drafts, q
 
-    def _draft_ngram(self, runner: Any, plans: list[_Plan], token_ids_cpu):
+    def _draft_ngram(self, view: Any, plans: list[_Plan], token_ids_cpu):
         """Alg. 2: drafts from context-bigram counts (each conditioned on its left
         neighbour, decoded or drafted), q = the counts' distribution (one-hot if greedy)."""
-        md = runner.input_batch.sampling_metadata
+        md = view.sampling_metadata
         all_drafts, all_q = [], []
         for p in plans:
             drafter, seen = self._bigrams.get(p.req_id) or (BigramDrafter(self.vocab_size, {}), 0)
             # bigrams of true positions (an infill request's neighbours may be visible)
             # only the indices not folded in yet: [seen, n) decoded, [n, n + budget) drafted
-            true = lookup(request_table(runner.requests[p.req_id]),
+            true = lookup(request_table(view.requests[p.req_id]),
                           torch.arange(seen, p.n + p.budget)).tolist()
             for i, tok in enumerate(token_ids_cpu[p.row, seen: p.n].tolist()):
                 drafter.observe(true[i], tok)

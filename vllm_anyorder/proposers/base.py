@@ -4,20 +4,26 @@ vLLM builds the proposer in each worker as ``Class(vllm_config)`` (``custom_clas
 calls ``load_model(target_model)`` (mandatory on the CPU runner) and, after each step's
 bookkeeping, ``propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu, ...)`` with
 request-major lists in the runner's input-batch order. Through the ``verification_hook``
-patch the proposer also sees the logits of every verified row (``observe_verification``).
+patch the proposer first sees the logits of every verified row and the step's
+:class:`~vllm_anyorder.contract.RunnerView` (``observe_verification``); it reads the batch
+only through that view (``self.view``), never through vLLM's runner.
 
 Per-request state is keyed by request id and lives only while the request is in the input
 batch: a request that finished, was aborted or preempted leaves the batch and its state is
-dropped at the next ``propose`` (a preempted request restarts with fresh state when it is
-rescheduled; drafts are guesses, so this never affects outputs).
+dropped (:meth:`drop_departed`) at the next ``propose`` (a preempted request restarts with
+fresh state when it is rescheduled; drafts are guesses, so this never affects outputs).
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
+
+from vllm_anyorder.contract import RunnerView
 
 
 class AnyOrderProposer:
+    """Base of every proposer; a :class:`~vllm_anyorder.contract.VerificationObserver`."""
+
     method: ClassVar[str] = ""
 
     def __init__(self, vllm_config: Any) -> None:
@@ -28,7 +34,7 @@ class AnyOrderProposer:
         self.max_chain = int(vllm_config.speculative_config.num_speculative_tokens)
         self.max_model_len = int(vllm_config.model_config.max_model_len)
         self.target = None
-        self._runner = None
+        self.view: RunnerView | None = None  # this step's batch (set before propose)
 
     def load_model(self, target_model: Any) -> None:
         """Keep a handle on the target module (self-drafting methods load nothing else)."""
@@ -36,16 +42,22 @@ class AnyOrderProposer:
 
     def batch_req_ids(self) -> list[str]:
         """Request ids of the current input batch, in the order of ``propose``'s lists."""
-        return list(self._runner.input_batch.req_ids) if self._runner is not None else []
+        return self.view.req_ids if self.view is not None else []
 
-    def observe_verification(self, runner: Any, logits: Any, spec_decode_metadata: Any) -> None:
-        self._runner = runner
+    def observe_verification(self, view: RunnerView, logits: Any,
+                             spec_decode_metadata: Any) -> None:
+        self.view = view
 
-    def propose(
-        self,
-        sampled_token_ids: list[list[int]],
-        num_tokens_no_spec: Any,
-        token_ids_cpu: Any,
-        slot_mappings: Any = None,
-    ) -> list[list[int]]:
+    def drop_departed(self, table: dict[str, Any],
+                      on_drop: Callable[[str, Any], None] | None = None) -> None:
+        """Forget the entries of requests no longer in the batch (``on_drop(req_id, value)``
+        first, e.g. to keep finished requests' counters)."""
+        live = set(self.batch_req_ids())
+        for req_id in [r for r in table if r not in live]:
+            value = table.pop(req_id)
+            if on_drop is not None:
+                on_drop(req_id, value)
+
+    def propose(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: Any,
+                token_ids_cpu: Any, slot_mappings: Any = None) -> list[list[int]]:
         raise NotImplementedError

@@ -92,10 +92,10 @@ class DllmProposer(AnyOrderProposer):
             draft_steps=getattr(c, "draft_steps", 4),
             lookahead_blocks=getattr(c, "lookahead_blocks", 1))
 
-    def _new_state(self, runner: Any, req_id: str, row: int, n: int) -> _State:
-        rs = runner.requests[req_id]
+    def _new_state(self, view: Any, req_id: str, row: int, n: int) -> _State:
+        rs = view.requests[req_id]
         p = int(rs.num_prompt_tokens)
-        tokens = runner.input_batch.token_ids_cpu[row]
+        tokens = view.token_ids_cpu[row]
         sp = rs.sampling_params
         # unseeded requests: a seed from the request id, identical on every TP rank
         seed = sp.seed if sp.seed is not None else zlib.crc32(req_id.encode())
@@ -109,27 +109,26 @@ class DllmProposer(AnyOrderProposer):
         return _State(req, p)
 
     # ------------------------------------------------------------------ the hook
-    def observe_verification(self, runner: Any, logits: Any, spec_decode_metadata: Any) -> None:
-        super().observe_verification(runner, logits, spec_decode_metadata)
+    def observe_verification(self, view: Any, logits: Any, spec_decode_metadata: Any) -> None:
+        super().observe_verification(view, logits, spec_decode_metadata)
         req_ids = self.batch_req_ids()
         sdm = spec_decode_metadata
         counts = [0] * len(req_ids) if sdm is None else [int(c) for c in sdm.num_draft_tokens]
         if len(counts) != len(req_ids) or sum(counts) + len(counts) != logits.shape[0]:
             raise RuntimeError("dllm: unexpected logits layout; cannot decode this step")
-        batch = runner.input_batch
         work, row = [], 0
         for i, req_id in enumerate(req_ids):
             rows = counts[i] + 1
-            n = int(batch.num_tokens_no_spec[i])
-            a, e = int(batch.num_computed_tokens_cpu[i]), n + counts[i]
+            n = int(view.num_tokens_no_spec[i])
+            a, e = int(view.num_computed_tokens[i]), n + counts[i]
             st = self.states.get(req_id)
             if st is None:
-                st = self.states[req_id] = self._new_state(runner, req_id, i, n)
+                st = self.states[req_id] = self._new_state(view, req_id, i, n)
             st.steps += 1
             self._written(st, a, e, logits[row + rows - 1])
             work.append((st, i, row, rows, e))
             row += rows
-        self._decide(runner, [(st, i, e - rows + 1, e) for st, i, _, rows, e in work])
+        self._decide(view, [(st, i, e - rows + 1, e) for st, i, _, rows, e in work])
         logits.fill_(float("-inf"))
         for st, _, row, rows, e in work:
             s, p = st.req.s, st.prompt_len
@@ -163,7 +162,7 @@ class DllmProposer(AnyOrderProposer):
             bool((req.canvas[g0: g1 + 1] == req.s.mask_id).any())
 
     @torch.inference_mode()
-    def _decide(self, runner: Any, work: list[tuple[_State, int, int, int]]) -> None:
+    def _decide(self, view: Any, work: list[tuple[_State, int, int, int]]) -> None:
         """Lock-step rounds over every request with undecided tokens to commit (each round
         one batched forward of all their plans' nodes)."""
         active = [w for w in work if self._needs(w[0], w[2], w[3])]
@@ -174,15 +173,15 @@ class DllmProposer(AnyOrderProposer):
                 if plan is not None:
                     jobs.append((st, i, plan))
             if jobs:
-                self._repair(runner, [(st, i, plan) for st, i, plan in jobs])
-                for (st, _, _), lg in zip(jobs, self._evaluate(runner, jobs)):
+                self._repair(view, [(st, i, plan) for st, i, plan in jobs])
+                for (st, _, _), lg in zip(jobs, self._evaluate(view, jobs)):
                     st.req.advance(lg)
             active = [w for w in active if self._needs(w[0], w[2], w[3])]
 
     # ------------------------------------------------------------------ forwards
-    def _context(self, runner: Any):
-        table = runner.input_batch.block_table[0]
-        builder = runner.attn_groups[0][0].get_metadata_builder()
+    def _context(self, view: Any):
+        table = view.block_table
+        builder = view.metadata_builder()
         return table, int(table.block_size), builder
 
     def _cuts(self, st: _State, start: int, end: int) -> tuple[int, ...]:
@@ -195,7 +194,7 @@ class DllmProposer(AnyOrderProposer):
             cuts.append(min(p + g, end))
         return tuple(c for c in cuts if c > start)
 
-    def _repair(self, runner: Any, jobs) -> None:
+    def _repair(self, view: Any, jobs) -> None:
         """Rewrite, in the real cache, rows [clean, c) whose K/V vLLM wrote incompletely (a
         preempted request recomputed as one prompt): c = the last unit boundary before both
         the plan's window and the end of vLLM's rows (their slots exist)."""
@@ -209,7 +208,7 @@ class DllmProposer(AnyOrderProposer):
                 todo.append((st, i, c))
         if not todo:
             return
-        table, bs, builder = self._context(runner)
+        table, bs, builder = self._context(view)
         blocks, device = table.get_cpu_tensor(), next(self.target.parameters()).device
         jobs, ids, pos = [], [], []
         for st, i, c in todo:
@@ -225,11 +224,11 @@ class DllmProposer(AnyOrderProposer):
             st.clean, st.repairs = c, st.repairs + 1
             st.anchor = out[end - 1].float().cpu().clone() if self.shift else None
 
-    def _evaluate(self, runner: Any, jobs) -> list[torch.Tensor]:
+    def _evaluate(self, view: Any, jobs) -> list[torch.Tensor]:
         """ONE forward over every node of every job -> per job logits [n, w1 - w0, V]."""
         from vllm_anyorder.attention_backends.dllm_cpu import NodeJob, scratch_plan
 
-        table, bs, builder = self._context(runner)
+        table, bs, builder = self._context(view)
         blocks, device = table.get_cpu_tensor(), next(self.target.parameters()).device
         node_jobs, ids, pos = [], [], []
         for st, i, plan in jobs:
@@ -280,15 +279,15 @@ class DllmProposer(AnyOrderProposer):
             end = min(block_span(s, g0 // s.block_length)[1], self.max_model_len - st.prompt_len)
             rest = st.req.canvas[g0 + 1: end].tolist()
             chains[i] = rest[: rest.index(self.mask_id)] if self.mask_id in rest else rest
-        live = set(req_ids)
-        for req_id in [r for r in self.states if r not in live]:
-            st = self.states.pop(req_id)
-            self.finished.append({"req_id": req_id, "prompt_len": st.prompt_len,
-                                  "max_tokens": st.req.s.max_tokens,
-                                  "temperature": st.req.s.temperature, "steps": st.steps,
-                                  "forwards": st.req.forwards, "nodes": st.req.nodes,
-                                  "repairs": st.repairs})
+        self.drop_departed(self.states, self._record_finished)
         return chains
+
+    def _record_finished(self, req_id: str, st: _State) -> None:
+        self.finished.append({"req_id": req_id, "prompt_len": st.prompt_len,
+                              "max_tokens": st.req.s.max_tokens,
+                              "temperature": st.req.s.temperature, "steps": st.steps,
+                              "forwards": st.req.forwards, "nodes": st.req.nodes,
+                              "repairs": st.repairs})
 
 
 class StepwiseProposer(DllmProposer):

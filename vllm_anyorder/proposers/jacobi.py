@@ -37,9 +37,9 @@ class JacobiProposer(AnyOrderProposer):
         """Requests holding Jacobi state (diagnostics and tests)."""
         return sorted(self._states)
 
-    def observe_verification(self, runner: Any, logits: Any, spec_decode_metadata: Any) -> None:
+    def observe_verification(self, view: Any, logits: Any, spec_decode_metadata: Any) -> None:
         """Split the verification rows per request: drafts [k] and argmax [k+1]."""
-        super().observe_verification(runner, logits, spec_decode_metadata)
+        super().observe_verification(view, logits, spec_decode_metadata)
         req_ids = self.batch_req_ids()
         greedy = logits.argmax(dim=-1).tolist()  # [sum(k_i + 1)]
         if spec_decode_metadata is None:
@@ -55,13 +55,8 @@ class JacobiProposer(AnyOrderProposer):
             self._verified[req_id] = (drafts[d : d + k], greedy[row : row + k + 1])
             row, d = row + k + 1, d + k
 
-    def propose(
-        self,
-        sampled_token_ids: list[list[int]],
-        num_tokens_no_spec: Any,
-        token_ids_cpu: Any,
-        slot_mappings: Any = None,
-    ) -> list[list[int]]:
+    def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu,
+                slot_mappings=None) -> list[list[int]]:
         req_ids = self.batch_req_ids()
         if len(req_ids) != len(sampled_token_ids):
             return [[] for _ in sampled_token_ids]
@@ -77,9 +72,7 @@ class JacobiProposer(AnyOrderProposer):
                 state = JacobiState(self.settings, token_ids_cpu[i, :n_ctx].tolist())
                 self._states[req_id] = state
             chains.append(state.next_chain(self.max_model_len - n_ctx))
-        live = set(req_ids)
-        for req_id in [r for r in self._states if r not in live]:
-            del self._states[req_id]  # finished, aborted or preempted
+        self.drop_departed(self._states)  # finished, aborted or preempted
         self._verified = {}
         return chains
 

@@ -64,13 +64,8 @@ class SpecDiffProposer(AnyOrderProposer):
     def drafter_device(self):
         return next(self.drafter.parameters()).device
 
-    def propose(
-        self,
-        sampled_token_ids: list[list[int]],
-        num_tokens_no_spec: Any,
-        token_ids_cpu: Any,
-        slot_mappings: Any = None,
-    ) -> list[list[int]]:
+    def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu,
+                slot_mappings=None) -> list[list[int]]:
         s = self.settings
         rows, contexts, budgets = [], [], []
         for i, committed in enumerate(sampled_token_ids):

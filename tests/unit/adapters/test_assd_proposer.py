@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from vllm_anyorder import config, patches
+from vllm_anyorder.contract import RunnerView
 from vllm_anyorder.config import AnyOrderConfigError, AssdConfig
 from vllm_anyorder.core.assd import BigramDrafter
 
@@ -155,7 +156,7 @@ def test_self_drafting_marshals_one_forward_over_the_paged_cache():
     # rows: a (n=6), b (n=2, 1-token prompt), c (n=9 but only 2 blocks = 8 slots allocated)
     r = make_runner([("a", sp(), 3), ("b", sp(), 1), ("c", sp(), 5)],
                     blocks=[[11, 12], [21], [31, 32]])
-    prop.observe_verification(r, torch.zeros(3, V), None)
+    prop.observe_verification(RunnerView.of(r), torch.zeros(3, V), None)
     toks = token_rows([1, 2, 3, 4, 5, 6], [7, 8], [1, 1, 1, 1, 1, 1, 1, 1, 9])
     chains = prop.propose([[6], [8], [9]], np.array([6, 2, 9]), toks)
     assert len(target.calls) == 1 and prop.query_forwards == 1
@@ -192,7 +193,7 @@ def test_sampled_drafts_are_draws_from_the_q_handed_over():
     toks = token_rows([1, 2, 3, 4])
     counts = np.zeros((3, V))
     for _ in range(3000):
-        prop.observe_verification(r, torch.zeros(1, V), None)
+        prop.observe_verification(RunnerView.of(r), torch.zeros(1, V), None)
         chain = prop.propose([[4]], np.array([4]), toks)[0]
         _, probs = prop.take_draft_probs()
         counts[np.arange(3), chain] += 1
@@ -214,7 +215,7 @@ def test_seeded_requests_draw_from_their_own_generator():
         prop.load_model(FakeTarget(peaked_table(2) / 4))
         gen = torch.Generator().manual_seed(123)
         r = make_runner([("a", sp(), 3)], temperature=[1.0], generators={0: gen})
-        prop.observe_verification(r, torch.zeros(1, V), None)
+        prop.observe_verification(RunnerView.of(r), torch.zeros(1, V), None)
         return [prop.propose([[4]], np.array([4]), token_rows([1, 2, 3, 4]))[0]
                 for _ in range(5)]
 
@@ -225,7 +226,7 @@ def test_ngram_drafter_follows_algorithm_2_and_forgets_finished_requests():
     prop = make_proposer(k=3, drafter="ngram")
     r = make_runner([("a", sp(), 6), ("b", sp(), 2)])
     seq_a, seq_b = [1, 2, 3, 1, 2, 3], [5, 5]
-    prop.observe_verification(r, torch.zeros(2, V), None)
+    prop.observe_verification(RunnerView.of(r), torch.zeros(2, V), None)
     chains = prop.propose([[3], [5]], np.array([6, 2]), token_rows(seq_a, seq_b))
     ref = BigramDrafter(V, dict(enumerate(seq_a)))
     assert chains[0] == ref.draft(range(6, 9), True, None)[0].tolist() == [1, 2, 3]
@@ -234,7 +235,7 @@ def test_ngram_drafter_follows_algorithm_2_and_forgets_finished_requests():
     assert req_ids == ["a", "b"] and torch.equal(probs.argmax(-1)[0], torch.tensor([1, 2, 3]))
     # next step: a grew by two tokens, b left the batch
     r2 = make_runner([("a", sp(), 6)])
-    prop.observe_verification(r2, torch.zeros(1, V), None)
+    prop.observe_verification(RunnerView.of(r2), torch.zeros(1, V), None)
     seq_a += [1, 4]
     prop.propose([[1, 4]], np.array([8]), token_rows(seq_a))
     assert set(prop._bigrams) == {"a"} and prop._bigrams["a"][1] == 8
@@ -247,11 +248,11 @@ def test_forward_accounting_per_request():
     prop = make_proposer(k=3)
     prop.load_model(FakeTarget(peaked_table()))
     r = make_runner([("a", sp(), 3)])
-    prop.observe_verification(r, torch.zeros(1, V), None)  # prefill step
+    prop.observe_verification(RunnerView.of(r), torch.zeros(1, V), None)  # prefill step
     chain = prop.propose([[4]], np.array([4]), token_rows([1, 2, 3, 4]))[0]
     assert prop.live["a"] == [2, 1]  # prefill + drafting forward, 1 token
     md = NS(num_draft_tokens=[3])
-    prop.observe_verification(r, torch.zeros(4, V), md)  # verification of 3 drafts
+    prop.observe_verification(RunnerView.of(r), torch.zeros(4, V), md)  # verification of 3 drafts
     prop.propose([chain[:2] + [9]], np.array([7]), token_rows([1, 2, 3, 4] + chain[:2] + [9]))
     assert prop.live["a"] == [4, 4]
     assert (prop.rounds, prop.rounds_first_accepted) == (1, 1)

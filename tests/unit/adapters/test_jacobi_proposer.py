@@ -21,6 +21,7 @@ import torch
 
 from vllm_anyorder import config
 from vllm_anyorder.config import JacobiConfig
+from vllm_anyorder.contract import RunnerView
 from vllm_anyorder.core.jacobi import JacobiSettings, JacobiState
 from vllm_anyorder.proposers.jacobi import JacobiProposer
 
@@ -41,7 +42,7 @@ def make_proposer(num_spec=16, max_model_len=MAX_LEN, **options):
 
 
 def runner(*req_ids):
-    return NS(input_batch=NS(req_ids=list(req_ids)))
+    return RunnerView.of(NS(input_batch=NS(req_ids=list(req_ids))))
 
 
 def logits_for(rows):
@@ -139,7 +140,8 @@ def test_the_hook_shows_the_drafter_the_logits_before_vllm_samples():
     original = cell.cell_contents
     assert wrapper.__wrapped__ is original  # vLLM's own _sample, wrapped once
     events = []
-    fake_runner = NS(drafter=NS(observe_verification=lambda *a: events.append(("observe", a))))
+    fake_runner = NS(drafter=NS(observe_verification=lambda *a: events.append(("observe", a))),
+                     input_batch=NS(req_ids=["a"]))
     logits, meta = logits_for([1, 2]), metadata([[1]])
     cell.cell_contents = lambda *a: events.append(("sample", a)) or "sampled"
     try:  # run the wrapper with vLLM's _sample stubbed for this one call
@@ -148,7 +150,8 @@ def test_the_hook_shows_the_drafter_the_logits_before_vllm_samples():
     finally:
         cell.cell_contents = original
     args = (fake_runner, logits, meta)
-    assert events[:2] == [("observe", args), ("sample", args)]
+    seen = (RunnerView.of(fake_runner), logits, meta)  # the drafter sees the runner's view
+    assert events[:2] == [("observe", seen), ("sample", args)]
     assert [e[0] for e in events[2:]] == ["sample"]
 
 
