@@ -1,8 +1,7 @@
 """Hugging Face config classes of the diffusion LLMs vLLM serves through the plugin.
 
 Module level (vLLM pickles the engine config, HF config object included, into its engine and
-worker processes). ``register()`` installs them in ``transformers.AutoConfig``; it replaces the
-bare registrations of ``llada.register_hf_config`` / ``dream.register_hf_config``.
+worker processes). ``register()`` installs them in ``transformers.AutoConfig``.
 
 * LLaDA's ``config.json`` uses OLMo names (``d_model``, ``n_heads``, ``n_layers``,
   ``n_kv_heads``, ``max_sequence_length``); ``attribute_map`` exposes them under the names vLLM

@@ -148,37 +148,28 @@ class DllmLayer(nn.Module):
         return x + self.down_proj(self.act(self.gate_up_proj(self.ffn_norm(x))[0]))[0]
 
 
-# checkpoint name -> (our name, shard id or None); {i} is the layer index
-_LLADA_NAMES = [
-    (r"model\.transformer\.wte\.weight", "embed.weight", None),
-    (r"model\.transformer\.ln_f\.weight", "norm.weight", None),
-    (r"model\.transformer\.ff_out\.weight", "lm_head.weight", None),
-    (r"model\.transformer\.blocks\.(\d+)\.attn_norm\.weight", "layers.{i}.attn_norm.weight", None),
-    (r"model\.transformer\.blocks\.(\d+)\.ff_norm\.weight", "layers.{i}.ffn_norm.weight", None),
-    (r"model\.transformer\.blocks\.(\d+)\.([qkv])_proj\.(weight|bias)",
-     "layers.{i}.self_attn.qkv_proj.{w}", "qkv"),
-    (r"model\.transformer\.blocks\.(\d+)\.attn_out\.weight", "layers.{i}.self_attn.o_proj.weight",
+# our parameter -> (LLaDA checkpoint name, Dream checkpoint name, shard id or None); patterns
+# with (\d+) carry the layer index {i}; ([qkv]) and (weight|bias) pick the qkv shard and {w}
+_B, _L = r"model\.transformer\.blocks\.(\d+)\.", r"model\.layers\.(\d+)\."
+_CHECKPOINT_NAMES = [
+    ("embed.weight", r"model\.transformer\.wte\.weight", r"model\.embed_tokens\.weight", None),
+    ("norm.weight", r"model\.transformer\.ln_f\.weight", r"model\.norm\.weight", None),
+    ("lm_head.weight", r"model\.transformer\.ff_out\.weight", r"lm_head\.weight", None),
+    ("layers.{i}.attn_norm.weight", _B + r"attn_norm\.weight", _L + r"input_layernorm\.weight",
      None),
-    (r"model\.transformer\.blocks\.(\d+)\.ff_proj\.weight", "layers.{i}.gate_up_proj.weight", 0),
-    (r"model\.transformer\.blocks\.(\d+)\.up_proj\.weight", "layers.{i}.gate_up_proj.weight", 1),
-    (r"model\.transformer\.blocks\.(\d+)\.ff_out\.weight", "layers.{i}.down_proj.weight", None),
+    ("layers.{i}.ffn_norm.weight", _B + r"ff_norm\.weight",
+     _L + r"post_attention_layernorm\.weight", None),
+    ("layers.{i}.self_attn.qkv_proj.{w}", _B + r"([qkv])_proj\.(weight|bias)",
+     _L + r"self_attn\.([qkv])_proj\.(weight|bias)", "qkv"),
+    ("layers.{i}.self_attn.o_proj.weight", _B + r"attn_out\.weight",
+     _L + r"self_attn\.o_proj\.weight", None),
+    ("layers.{i}.gate_up_proj.weight", _B + r"ff_proj\.weight", _L + r"mlp\.gate_proj\.weight", 0),
+    ("layers.{i}.gate_up_proj.weight", _B + r"up_proj\.weight", _L + r"mlp\.up_proj\.weight", 1),
+    ("layers.{i}.down_proj.weight", _B + r"ff_out\.weight", _L + r"mlp\.down_proj\.weight", None),
 ]
-_DREAM_NAMES = [
-    (r"model\.embed_tokens\.weight", "embed.weight", None),
-    (r"model\.norm\.weight", "norm.weight", None),
-    (r"lm_head\.weight", "lm_head.weight", None),
-    (r"model\.layers\.(\d+)\.input_layernorm\.weight", "layers.{i}.attn_norm.weight", None),
-    (r"model\.layers\.(\d+)\.post_attention_layernorm\.weight", "layers.{i}.ffn_norm.weight",
-     None),
-    (r"model\.layers\.(\d+)\.self_attn\.([qkv])_proj\.(weight|bias)",
-     "layers.{i}.self_attn.qkv_proj.{w}", "qkv"),
-    (r"model\.layers\.(\d+)\.self_attn\.o_proj\.weight", "layers.{i}.self_attn.o_proj.weight",
-     None),
-    (r"model\.layers\.(\d+)\.mlp\.gate_proj\.weight", "layers.{i}.gate_up_proj.weight", 0),
-    (r"model\.layers\.(\d+)\.mlp\.up_proj\.weight", "layers.{i}.gate_up_proj.weight", 1),
-    (r"model\.layers\.(\d+)\.mlp\.down_proj\.weight", "layers.{i}.down_proj.weight", None),
-]
-
+# checkpoint name -> (our name, shard id or None), per format
+_LLADA_NAMES = [(llada, ours, shard) for ours, llada, _, shard in _CHECKPOINT_NAMES]
+_DREAM_NAMES = [(dream, ours, shard) for ours, _, dream, shard in _CHECKPOINT_NAMES]
 
 class DllmForDiffusionLM(nn.Module):
     """Shared vLLM model of both formats (subclasses pick the shape reader and names)."""

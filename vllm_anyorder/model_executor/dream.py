@@ -22,14 +22,14 @@ Same model interface as ``llada.LLaDAModel`` (see that module's docstring).
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from .llada import attend, load_safetensors, randomize_, rms_norm, rotate, save_safetensors
+from .released_config import ReleasedConfig, write_config
 
 MODEL_TYPE = "Dream"
 ARCHITECTURE = "DreamModel"
@@ -48,7 +48,7 @@ _REQUIRED = {"hidden_act": "silu", "rope_scaling": None, "use_sliding_window": F
 
 
 @dataclass(frozen=True)
-class DreamConfig:
+class DreamConfig(ReleasedConfig):
     vocab_size: int = 152064
     hidden_size: int = 3584
     intermediate_size: int = 18944
@@ -64,29 +64,16 @@ class DreamConfig:
     eos_token_id: int = 151643
     pad_token_id: int = 151643
     extra: dict = field(default_factory=dict)  # other config.json keys, written back on save
+    MODEL_TYPE, ARCHITECTURE, FORMAT = MODEL_TYPE, ARCHITECTURE, "Dream"
+    FIXED_KEYS, REQUIRED = RELEASED_FIXED_KEYS, _REQUIRED
 
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
 
-    def to_json(self) -> dict:
-        own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
-        d = {**RELEASED_FIXED_KEYS, **self.extra, **own,
-             "model_type": MODEL_TYPE, "architectures": [ARCHITECTURE]}
-        return dict(sorted(d.items()))
-
     @classmethod
-    def from_json(cls, d: dict) -> "DreamConfig":
-        if d.get("model_type") != MODEL_TYPE:
-            raise ValueError(f"model_type {d.get('model_type')!r} is not {MODEL_TYPE!r}")
-        bad = {k: d[k] for k, want in _REQUIRED.items() if k in d and d[k] != want}
-        if bad:
-            raise ValueError(f"unsupported Dream variant {bad}; this class runs {_REQUIRED}")
-        names = {f.name for f in fields(cls)} - {"extra"}
-        own = {k: d[k] for k in names if k in d}
-        own.setdefault("num_key_value_heads", d["num_attention_heads"])
-        skip = names | {"model_type", "architectures"}
-        return cls(**own, extra={k: v for k, v in d.items() if k not in skip})
+    def fill_defaults(cls, own: dict, d: dict) -> dict:
+        return {"num_key_value_heads": d["num_attention_heads"], **own}
 
 
 class _Norm(nn.Module):
@@ -157,7 +144,7 @@ class DreamModel(nn.Module):
     @classmethod
     def from_pretrained(cls, path, dtype: torch.dtype | None = None) -> "DreamModel":
         path = Path(path)
-        config = DreamConfig.from_json(json.loads((path / "config.json").read_text()))
+        config = DreamConfig.read(path)
         model = cls(config)
         state = load_safetensors(path)
         if config.tie_word_embeddings:
@@ -166,11 +153,8 @@ class DreamModel(nn.Module):
         return (model.to(dtype) if dtype is not None else model).eval()
 
     def save_pretrained(self, path, max_shard_bytes: int | None = None) -> Path:
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        config = {**self.config.to_json(),
-                  "torch_dtype": str(self.lm_head.weight.dtype).removeprefix("torch.")}
-        (path / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        path = write_config(path, {**self.config.to_json(), "torch_dtype":
+                                   str(self.lm_head.weight.dtype).removeprefix("torch.")})
         state = dict(self.state_dict())
         if self.config.tie_word_embeddings:
             state.pop("lm_head.weight")
@@ -184,16 +168,3 @@ def random_dream(config: DreamConfig, seed: int = 0, std: float = 0.3) -> DreamM
     randomize_(model, seed, std)
     return model.eval()
 
-
-def register_hf_config() -> None:
-    """Let ``transformers.AutoConfig`` read ``Dream`` checkpoints without their remote code.
-    Idempotent."""
-    from transformers import AutoConfig, PretrainedConfig
-
-    class DreamHFConfig(PretrainedConfig):
-        model_type = MODEL_TYPE
-
-    try:
-        AutoConfig.register(MODEL_TYPE, DreamHFConfig)
-    except ValueError:  # already registered
-        pass

@@ -38,11 +38,13 @@ The shared building blocks (RMSNorm, rotary, masked attention, safetensors I/O) 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from torch import nn
+
+from .released_config import ReleasedConfig, write_config
 
 MODEL_TYPE = "llada"
 ARCHITECTURE = "LLaDAModelLM"
@@ -155,7 +157,7 @@ def randomize_(model: nn.Module, seed: int, std: float) -> None:
 
 # ----------------------------------------------------------------------------- config
 @dataclass(frozen=True)
-class LLaDAConfig:
+class LLaDAConfig(ReleasedConfig):
     d_model: int = 4096
     n_heads: int = 32
     n_kv_heads: int | None = 32
@@ -175,6 +177,8 @@ class LLaDAConfig:
     scale_logits: bool = False
     input_emb_norm: bool = False
     extra: dict = field(default_factory=dict)  # other config.json keys, written back on save
+    MODEL_TYPE, ARCHITECTURE, FORMAT = MODEL_TYPE, ARCHITECTURE, "LLaDA"
+    FIXED_KEYS, REQUIRED = RELEASED_FIXED_KEYS, _REQUIRED
 
     @property
     def kv_heads(self) -> int:
@@ -193,25 +197,10 @@ class LLaDAConfig:
         """Rows of the embedding and of the LM head (the logit width)."""
         return self.embedding_size or self.vocab_size
 
-    def to_json(self) -> dict:
-        own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
-        d = {**RELEASED_FIXED_KEYS, **self.extra, **own,
-             "model_type": MODEL_TYPE, "architectures": [ARCHITECTURE]}
-        return dict(sorted(d.items()))
-
     @classmethod
-    def from_json(cls, d: dict) -> "LLaDAConfig":
-        if d.get("model_type") != MODEL_TYPE:
-            raise ValueError(f"model_type {d.get('model_type')!r} is not {MODEL_TYPE!r}")
-        bad = {k: d[k] for k, want in _REQUIRED.items() if k in d and d[k] != want}
-        if bad:
-            raise ValueError(f"unsupported LLaDA variant {bad}; this class runs {_REQUIRED}")
+    def check_json(cls, d: dict) -> None:
         if d["d_model"] % d["n_heads"]:
             raise ValueError("d_model must be a multiple of n_heads")
-        names = {f.name for f in fields(cls)} - {"extra"}
-        own = {k: d[k] for k in names if k in d}
-        skip = names | {"model_type", "architectures"}
-        return cls(**own, extra={k: v for k, v in d.items() if k not in skip})
 
 
 # ----------------------------------------------------------------------------- model
@@ -278,15 +267,13 @@ class LLaDAModel(nn.Module):
     @classmethod
     def from_pretrained(cls, path, dtype: torch.dtype | None = None) -> "LLaDAModel":
         path = Path(path)
-        config = LLaDAConfig.from_json(json.loads((path / "config.json").read_text()))
+        config = LLaDAConfig.read(path)
         model = cls(config)
         model.load_state_dict(load_safetensors(path), strict=True)
         return (model.to(dtype) if dtype is not None else model).eval()
 
     def save_pretrained(self, path, max_shard_bytes: int | None = None) -> Path:
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        (path / "config.json").write_text(json.dumps(self.config.to_json(), indent=2) + "\n")
+        path = write_config(path, self.config.to_json())
         save_safetensors(self.state_dict(), path, max_shard_bytes)
         return path
 
@@ -297,16 +284,3 @@ def random_llada(config: LLaDAConfig, seed: int = 0, std: float = 0.3) -> LLaDAM
     randomize_(model, seed, std)
     return model.eval()
 
-
-def register_hf_config() -> None:
-    """Let ``transformers.AutoConfig`` read ``llada`` checkpoints without their remote code (an
-    engine resolving configs through AutoConfig needs this). Idempotent."""
-    from transformers import AutoConfig, PretrainedConfig
-
-    class LLaDAHFConfig(PretrainedConfig):
-        model_type = MODEL_TYPE
-
-    try:
-        AutoConfig.register(MODEL_TYPE, LLaDAHFConfig)
-    except ValueError:  # already registered
-        pass
