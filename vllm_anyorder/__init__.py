@@ -23,12 +23,9 @@ def register() -> None:
     if _REGISTERED:
         return
     apply_front_end_patches()
-    from vllm_anyorder.model_executor import asarm_engine
+    from vllm_anyorder import model_executor
 
-    asarm_engine.register()  # AS-ARM (anyorder_llama) model class, config, engine settings
-    from vllm_anyorder.model_executor import dllm_engine
-
-    dllm_engine.register()  # LLaDA / Dream model classes, configs, engine settings
+    model_executor.register()  # every family's model class, HF config and engine settings
     _REGISTERED = True
 
 

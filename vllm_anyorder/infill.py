@@ -179,7 +179,7 @@ def screen_request(params: Any, model_config: Any) -> list[int] | None:
     masked = parse(getattr(params, "extra_args", None))
     if masked is None:
         return None
-    from vllm_anyorder.model_executor.asarm_engine import is_asarm
+    from vllm_anyorder.families import is_asarm
 
     if not is_asarm(model_config.hf_config):
         raise InfillError(f"infill requests need an any-subset AR model (AS-ARM); "

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vllm_anyorder import families
+
 
 @dataclass(frozen=True)
 class MethodSpec:
@@ -36,14 +38,14 @@ METHODS: dict[str, MethodSpec] = {
             proposer="vllm_anyorder.proposers.specdiff.SpecDiffProposer",
             target_family="autoregressive",
             paper="SpecDiff (Christopher et al.), Sec. 4.1 / Algorithm 1",
-            startup_check="vllm_anyorder.drafter_checks.check_specdiff_drafter",
+            startup_check="vllm_anyorder.startup_checks.check_specdiff_drafter",
         ),
         MethodSpec(
             name="assd",
             proposer="vllm_anyorder.proposers.assd.AssdProposer",
             target_family="autoregressive",  # left to right in vLLM; must also be an AS-ARM
             paper="ASSD (Guo & Ermon), Sec. 5, Algorithm 1 / App. E.4 Algorithm 2",
-            startup_check="vllm_anyorder.model_executor.asarm_engine.check_assd_target",
+            startup_check="vllm_anyorder.startup_checks.check_assd_target",
         ),
         MethodSpec(
             name="stepwise",  # the dLLM baseline; what a dLLM without speculative config runs
@@ -71,13 +73,6 @@ DIFFUSION_DEFAULT = "stepwise"
 
 BY_PROPOSER: dict[str, MethodSpec] = {spec.proposer: spec for spec in METHODS.values()}
 
-# Hugging Face architectures / model types that are not left-to-right autoregressive: an AR
-# method (jacobi, specdiff, assd) must refuse them at start-up.
-DIFFUSION_ARCHITECTURES = frozenset(
-    {"LLaDAModelLM", "LLaDAMoEModelLM", "DreamModel", "MDLM", "SEDD", "DiffusionGemmaForBlockDiffusion"}
-)
-DIFFUSION_MODEL_TYPES = frozenset({"llada", "dream", "mdlm", "sedd"})
-
 
 def lookup(method: str | None, model: str | None) -> MethodSpec | None:
     """The plugin method named by a speculative config, or None if it is not ours."""
@@ -89,7 +84,6 @@ def lookup(method: str | None, model: str | None) -> MethodSpec | None:
 
 
 def target_family(architectures: list[str] | None, model_type: str | None) -> str:
-    archs = set(architectures or [])
-    if archs & DIFFUSION_ARCHITECTURES or (model_type or "").lower() in DIFFUSION_MODEL_TYPES:
-        return "diffusion"
-    return "autoregressive"
+    """Which methods a target can serve: a diffusion model (a served dLLM or another
+    diffusion format) only the dLLM methods, anything else the AR methods."""
+    return "diffusion" if families.is_diffusion(architectures, model_type) else "autoregressive"

@@ -11,7 +11,7 @@ Attention is block-causal over the paged cache (``attention_backends/dllm_cpu.py
 own forward writes the committed prefix; :meth:`DllmForDiffusionLM.row_logits` runs the
 denoising / verification forwards of the ``dllm`` proposer (``proposers/dllm.py``) with a
 :class:`~vllm_anyorder.attention_backends.dllm_cpu.RowPlan`. Prompts are prefilled in one step
-and prefix caching is off (``dllm_engine.DllmEngineConfig``). CPU attention backend only.
+and prefix caching is off (``engine_configs.DllmEngineConfig``). CPU attention backend only.
 """
 
 from __future__ import annotations

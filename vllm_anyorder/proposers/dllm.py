@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from vllm_anyorder import config
+from vllm_anyorder import config, families
 from vllm_anyorder.core.dllm import DllmRequest
 from vllm_anyorder.core.dllm_blocks import DllmSettings, block_span
 from vllm_anyorder.proposers.base import AnyOrderProposer
@@ -60,10 +60,8 @@ class DllmProposer(AnyOrderProposer):
 
     def __init__(self, vllm_config: Any) -> None:
         super().__init__(vllm_config)
-        from vllm_anyorder.model_executor.dllm_engine import dllm_shape_of
-
         self.cfg = config.load(vllm_config.additional_config, self.method)
-        shape = dllm_shape_of(vllm_config.model_config.hf_config)
+        shape = families.dllm_shape_of(vllm_config.model_config.hf_config)
         if shape is None:
             raise TypeError(f"method '{self.method}' needs a LLaDA or Dream model")
         self.mask_id, self.eos_id, self.shift = shape

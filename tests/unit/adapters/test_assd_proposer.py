@@ -115,7 +115,7 @@ def test_config_options_and_the_k1_refusal():
 
 def test_method_table_and_target_check(caplog):
     from vllm_anyorder import methods
-    from vllm_anyorder.model_executor.asarm_engine import check_assd_target
+    from vllm_anyorder.startup_checks import check_assd_target
 
     spec = methods.METHODS["assd"]
     assert methods.lookup("custom_class", spec.proposer) is spec

@@ -1,18 +1,22 @@
-"""Start-up checks of a separate drafter model against the target (front-end process).
+"""Method-specific start-up checks (front-end process): the method table's ``startup_check``.
 
-Run by ``engine_setup.resolve`` through the method table's ``startup_check`` before any
-engine process starts, so a wrong drafter directory, a vocabulary or tokenizer that does not
-match the target, or a window that does not fit the drafter fails with a clear message
-instead of a crash in the worker. Reads JSON only (no weights are loaded here).
+Run by ``engine_setup.resolve`` before any engine process starts, so a target that cannot do
+the method, a wrong drafter directory, a vocabulary or tokenizer that does not match the
+target, or a window that does not fit the drafter fails with a clear message instead of a
+crash in the worker. Reads JSON only (no weights are loaded here).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
-from vllm_anyorder.config import AnyOrderConfigError, SpecDiffConfig
+from vllm_anyorder import families
+from vllm_anyorder.config import AnyOrderConfigError, AssdConfig, SpecDiffConfig
+
+logger = logging.getLogger("vllm_anyorder")
 
 
 def check_specdiff_drafter(cfg: SpecDiffConfig, target_model_config: Any) -> None:
@@ -71,3 +75,20 @@ def _tokenizer_vocab(path: Any) -> dict[str, int] | None:
     for tok in data.get("added_tokens") or []:
         vocab[tok["content"]] = tok["id"]
     return vocab
+
+
+def check_assd_target(cfg: AssdConfig, target_model_config: Any) -> None:
+    """``method="assd"``: the target must be an AS-ARM, because ASSD drafts with the model's
+    query stream (or verifies n-gram drafts in its permuted-causal forward)."""
+    hf = getattr(target_model_config, "hf_config", None)
+    if not families.is_asarm(hf):
+        raise AnyOrderConfigError(
+            f"method 'assd' needs an any-subset autoregressive (AS-ARM) target: it drafts "
+            f"with the model's query stream. {getattr(target_model_config, 'model', '?')!r} "
+            f"has architectures {getattr(hf, 'architectures', None)} (model_type "
+            f"{getattr(hf, 'model_type', None)!r}); expected one of "
+            f"{list(families.architectures('asarm'))}")
+    if cfg.drafter == "self" and cfg.k == 2:
+        logger.warning(
+            "vllm_anyorder: assd with k=2: Guo & Ermon advise k > 2 (a round of two "
+            "forwards commits 2 tokens for sure; here up to 3 with vLLM's bonus token)")

@@ -1,0 +1,84 @@
+"""Engine settings of the families the plugin serves: vLLM's per-architecture
+``MODELS_CONFIG_MAP`` hooks (``families.FAMILIES``' ``engine_config`` column).
+
+vLLM calls a hook in the front-end process while the engine config is built, before any
+engine process starts. Every family here attends its prompt bidirectionally (AS-ARMs, dLLMs):
+it must be prefilled in one step (chunked prefill off) and its KV cannot be shared with
+another prompt (prefix caching off): a prompt block's K/V depend on every prompt token, also
+the later ones. Imports neither torch nor vLLM at module level.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import ClassVar
+
+logger = logging.getLogger("vllm_anyorder")
+
+
+class BidirectionalPromptEngineConfig:
+    """The ``MODELS_CONFIG_MAP`` hook protocol for a model whose prompt is bidirectional."""
+
+    MODEL_NAME: ClassVar[str] = ""
+    PROMPT_KIND: ClassVar[str] = ""
+
+    @staticmethod
+    def verify_and_update_model_config(model_config) -> None:
+        return
+
+    @classmethod
+    def verify_and_update_config(cls, vllm_config) -> None:
+        bidirectional_prompt_settings(vllm_config, cls.MODEL_NAME, cls.PROMPT_KIND)
+
+
+class AsArmEngineConfig(BidirectionalPromptEngineConfig):
+    MODEL_NAME = "AnySubsetLlamaForCausalLM (anyorder_llama)"
+    PROMPT_KIND = "an AS-ARM prompt"
+
+
+class XLNetEngineConfig(BidirectionalPromptEngineConfig):
+    """The AS-ARM settings, plus the XLNet options this engine implements: bidirectional
+    relative attention (``attn_type="bi"``) without ``bi_data`` (a pre-training option)."""
+
+    MODEL_NAME = "XLNetLMHeadModel (AS-ARM)"
+    PROMPT_KIND = "an AS-ARM prompt"
+
+    @classmethod
+    def verify_and_update_config(cls, vllm_config) -> None:
+        hf = vllm_config.model_config.hf_config
+        if getattr(hf, "attn_type", "bi") != "bi" or getattr(hf, "bi_data", False):
+            raise ValueError(
+                f"XLNetLMHeadModel as an AS-ARM needs attn_type='bi' and bi_data=False "
+                f"(got attn_type={getattr(hf, 'attn_type', None)!r}, "
+                f"bi_data={getattr(hf, 'bi_data', None)!r})")
+        super().verify_and_update_config(vllm_config)
+
+
+class DllmEngineConfig(BidirectionalPromptEngineConfig):
+    MODEL_NAME = "LLaDA / Dream models"
+    PROMPT_KIND = "a diffusion LLM's prompt"
+
+
+def bidirectional_prompt_settings(vllm_config, model_name: str, prompt_kind: str) -> None:
+    """Engine settings of a model whose prompt is attended bidirectionally (AS-ARMs, dLLMs):
+    CPU attention backend only; the prompt is prefilled in one step (chunked prefill off,
+    ``max_num_batched_tokens >= max_model_len``) and its KV are never shared with another
+    prompt (prefix caching off)."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        raise ValueError(f"{model_name} runs on vLLM's CPU attention backend only in this "
+                         f"version of vllm-anyorder")
+    cache, sched = vllm_config.cache_config, vllm_config.scheduler_config
+    max_len = vllm_config.model_config.max_model_len
+    if sched.max_num_batched_tokens < max_len:
+        raise ValueError(
+            f"{prompt_kind} is attended bidirectionally and must be prefilled in one "
+            f"step: max_num_batched_tokens ({sched.max_num_batched_tokens}) must be >= "
+            f"max_model_len ({max_len}); raise it or lower max_model_len")
+    if cache.enable_prefix_caching or sched.enable_chunked_prefill:
+        logger.info("vllm_anyorder: %s: prefix caching and chunked prefill disabled (the "
+                    "prompt is attended bidirectionally)", model_name)
+    cache.enable_prefix_caching = False
+    sched.enable_chunked_prefill = False
+
