@@ -15,6 +15,9 @@ import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Mapping
 
+from vllm_anyorder.core.assd_drafters import DRAFTERS as ASSD_DRAFTERS
+from vllm_anyorder.core.assd_drafters import AssdDrafter
+
 ANYORDER_KEY = "anyorder"
 MAX_SPEC_LEN = 128  # vLLM 0.32 rejection sampler limit (v1/sample/rejection_sampler.py)
 
@@ -110,7 +113,6 @@ class SpecDiffConfig:
 
 
 # method name -> config class; the method table in methods.py refers to these.
-CONFIG_CLASSES: dict[str, type] = {"jacobi": JacobiConfig, "specdiff": SpecDiffConfig}
 
 
 def _check_range(name: str, value: Any, lo: int, hi: int) -> None:
@@ -178,7 +180,6 @@ def load(additional_config: Mapping[str, Any] | None, method: str, **fallback: A
     return parse(method, opts, **derived)
 
 
-ASSD_DRAFTERS = ("self", "ngram")  # == vllm_anyorder.core.assd.DRAFTERS (kept torch-free)
 
 
 @dataclass(frozen=True)
@@ -205,9 +206,9 @@ class AssdConfig:
 
     def validate(self) -> None:
         _check_range("k (num_speculative_tokens)", self.k, 1, MAX_SPEC_LEN)
-        _check_choice("assd.drafter", self.drafter, ASSD_DRAFTERS)
+        _check_choice("assd.drafter", self.drafter, tuple(ASSD_DRAFTERS))
         _check_range("assd.seed", self.seed, 0, 2**31 - 1)
-        if self.drafter == "self" and self.k < 2:
+        if self.drafter_kind.queries_target and self.k < 2:
             raise AnyOrderConfigError(
                 "assd with the self drafter needs num_speculative_tokens >= 2: each round "
                 "is a drafting forward plus a verifying forward, and with k = 1 it commits "
@@ -215,11 +216,14 @@ class AssdConfig:
                 "sequential decoding (Guo & Ermon, Sec. 5: set k > 2)")
 
     @property
+    def drafter_kind(self) -> AssdDrafter:
+        return ASSD_DRAFTERS[self.drafter]
+
+    @property
     def chain_length(self) -> int:
         return self.k
 
 
-CONFIG_CLASSES["assd"] = AssdConfig
 
 
 DLLM_REMASKING = ("low_confidence", "random")  # == core.dllm_blocks.REMASKING (torch-free)
@@ -290,4 +294,8 @@ class FreeDaveConfig(StepwiseConfig):
         _check_range("freedave.lookahead_blocks", self.lookahead_blocks, 0, 2)
 
 
-CONFIG_CLASSES.update(stepwise=StepwiseConfig, ssd=SsdConfig, freedave=FreeDaveConfig)
+# method name -> config class (``methods.METHODS[name].config`` is the same class)
+CONFIG_CLASSES: dict[str, type] = {
+    "jacobi": JacobiConfig, "specdiff": SpecDiffConfig, "assd": AssdConfig,
+    "stepwise": StepwiseConfig, "ssd": SsdConfig, "freedave": FreeDaveConfig,
+}

@@ -76,7 +76,7 @@ def _parse(method: methods.MethodSpec, spec: dict[str, Any], options: Any):
     """Typed config from the user's options plus the speculative-config fields the method
     takes over (``FROM_SPEC``: e.g. gamma from ``num_speculative_tokens``, the drafter
     directory from ``model``)."""
-    cls = config.CONFIG_CLASSES[method.name]
+    cls = method.config
     k = spec.get("num_speculative_tokens")
     if "num_speculative_tokens" not in cls.FROM_SPEC:  # the block length sets vLLM's k
         if k is not None:

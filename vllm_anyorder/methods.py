@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vllm_anyorder import families
+from vllm_anyorder import config, families
 
 
 @dataclass(frozen=True)
 class MethodSpec:
     name: str
+    config: type  # its typed options (``config.CONFIG_CLASSES[name]``)
     proposer: str  # dotted class path for vLLM's custom_class hook
     target_family: str  # "autoregressive" | "diffusion": which targets the method can serve
     paper: str
@@ -29,12 +30,14 @@ METHODS: dict[str, MethodSpec] = {
     for spec in (
         MethodSpec(
             name="jacobi",
+            config=config.JacobiConfig,
             proposer="vllm_anyorder.proposers.jacobi.JacobiProposer",
             target_family="autoregressive",
             paper="pcLLM / Jacobi Forcing, Algorithm 1",
         ),
         MethodSpec(
             name="specdiff",
+            config=config.SpecDiffConfig,
             proposer="vllm_anyorder.proposers.specdiff.SpecDiffProposer",
             target_family="autoregressive",
             paper="SpecDiff (Christopher et al.), Sec. 4.1 / Algorithm 1",
@@ -42,6 +45,7 @@ METHODS: dict[str, MethodSpec] = {
         ),
         MethodSpec(
             name="assd",
+            config=config.AssdConfig,
             proposer="vllm_anyorder.proposers.assd.AssdProposer",
             target_family="autoregressive",  # left to right in vLLM; must also be an AS-ARM
             paper="ASSD (Guo & Ermon), Sec. 5, Algorithm 1 / App. E.4 Algorithm 2",
@@ -49,18 +53,21 @@ METHODS: dict[str, MethodSpec] = {
         ),
         MethodSpec(
             name="stepwise",  # the dLLM baseline; what a dLLM without speculative config runs
+            config=config.StepwiseConfig,
             proposer="vllm_anyorder.proposers.dllm.StepwiseProposer",
             target_family="diffusion",
             paper="LLaDA semi-autoregressive remasking (SSD Sec. 3.1, FreeDave Algorithm 1)",
         ),
         MethodSpec(
             name="ssd",
+            config=config.SsdConfig,
             proposer="vllm_anyorder.proposers.dllm.SsdProposer",
             target_family="diffusion",
             paper="SSD (Gao et al.), Sec. 3.2 / App. A Algorithm 1, mix-order Sec. 5.2",
         ),
         MethodSpec(
             name="freedave",
+            config=config.FreeDaveConfig,
             proposer="vllm_anyorder.proposers.dllm.FreeDaveProposer",
             target_family="diffusion",
             paper="FreeDave (Wu & Zhang), Sec. 3.2 / Algorithm 2",

@@ -88,7 +88,7 @@ def check_assd_target(cfg: AssdConfig, target_model_config: Any) -> None:
             f"has architectures {getattr(hf, 'architectures', None)} (model_type "
             f"{getattr(hf, 'model_type', None)!r}); expected one of "
             f"{list(families.architectures('asarm'))}")
-    if cfg.drafter == "self" and cfg.k == 2:
+    if cfg.drafter_kind.queries_target and cfg.k == 2:
         logger.warning(
             "vllm_anyorder: assd with k=2: Guo & Ermon advise k > 2 (a round of two "
             "forwards commits 2 tokens for sure; here up to 3 with vLLM's bonus token)")

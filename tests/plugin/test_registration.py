@@ -151,6 +151,15 @@ def test_docs_patch_table_is_generated_from_the_ledger():
     assert DOC.read_text() == render(), "run: python -m vllm_anyorder.patches --write"
 
 
+def test_every_method_record_holds_its_config_proposer_and_startup_check():
+    assert set(methods.METHODS) == set(config.CONFIG_CLASSES)
+    for name, spec in methods.METHODS.items():
+        assert spec.config is config.CONFIG_CLASSES[name], name
+        for path in filter(None, (spec.proposer, spec.startup_check)):
+            module, _, attr = path.rpartition(".")
+            assert callable(getattr(importlib.import_module(module), attr)), path
+
+
 def test_method_table_maps_jacobi_to_an_importable_proposer():
     spec = methods.METHODS["jacobi"]
     assert spec.name == "jacobi" and spec.target_family in ("autoregressive", "diffusion")

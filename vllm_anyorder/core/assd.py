@@ -46,7 +46,7 @@ from typing import Protocol, Sequence
 
 import torch
 
-DRAFTERS = ("self", "ngram")
+from vllm_anyorder.core.assd_drafters import DRAFTERS, AssdDrafter
 
 
 class AsArm(Protocol):
@@ -66,7 +66,12 @@ class AssdSettings:
 
     def __post_init__(self) -> None:
         if self.k < 1 or self.temperature < 0 or self.drafter not in DRAFTERS:
-            raise ValueError(f"need k >= 1, temperature >= 0, drafter in {DRAFTERS}: {self}")
+            raise ValueError(f"need k >= 1, temperature >= 0, drafter in {list(DRAFTERS)}: "
+                             f"{self}")
+
+    @property
+    def kind(self) -> AssdDrafter:
+        return DRAFTERS[self.drafter]
 
 
 @dataclass(frozen=True)
@@ -215,7 +220,7 @@ def assd_decode(model: AsArm, tokens: Sequence[int], positions: Sequence[int],
         before = calls
         if pending is not None:  # drafted by the previous round's verifying forward
             drafts, q = pending[0][: t - n], pending[1][: t - n]
-        elif s.drafter == "self":  # lines 5-8: parallel queries, each seeing the decoded set
+        elif s.kind.queries_target:  # lines 5-8: parallel queries, each seeing the decoded set
             q = target_probs(forward(out, targets), s.temperature)  # [d, V]
             drafts = sample(q, generator)  # [d] independent draws
         else:  # Alg. 2
@@ -224,21 +229,21 @@ def assd_decode(model: AsArm, tokens: Sequence[int], positions: Sequence[int],
                 bigram = BigramDrafter(vocab, dict(zip(vis_pos, tokens)))
             drafts, q = bigram.draft(targets, greedy, generator)
         pending = None
-        if t - n == 1 and s.drafter == "self":  # lines 9-11: exact, no verification
+        if t - n == 1 and s.kind.queries_target:  # lines 9-11: exact, no verification
             committed, accepted, gap = [int(drafts[0])], 1, 0.0
         else:  # lines 13-15: draft i's query sees decoded + drafts < i
-            extra = (s.k if s.drafter == "self" else 1) if s.reuse_verify else 0
+            extra = (s.k if s.kind.queries_target else 1) if s.reuse_verify else 0
             lookahead = sigma[t: t + extra]
             logits = forward(out + drafts.tolist(), list(targets) + list(lookahead))
             p = target_probs(logits[: t - n], s.temperature)  # [d, V]
             gap = 0.0
-            if s.drafter == "self":  # Lemma 1: p_0 == q_0 up to rounding; use q_0 exactly
+            if s.kind.queries_target:  # Lemma 1: p_0 == q_0 up to rounding; use q_0 exactly
                 gap = float((p[0] - q[0]).abs().max())
                 p[0] = q[0]
             accepted, committed = verify_drafts(drafts, q, p, generator)  # lines 17-25
             if accepted == t - n and len(lookahead):  # every draft kept: rows are exact
                 la = target_probs(logits[t - n:], s.temperature)  # [len(lookahead), V]
-                if s.drafter == "self":
+                if s.kind.queries_target:
                     pending = (sample(la, generator), la)
                 else:
                     committed.append(int(sample(la[:1], generator)[0]))  # bonus token

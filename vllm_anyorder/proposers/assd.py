@@ -87,7 +87,8 @@ class AssdProposer(AnyOrderProposer):
 
     def load_model(self, target_model: Any) -> None:
         super().load_model(target_model)
-        if self.cfg.drafter == "self" and not callable(getattr(target_model, "query_logits", None)):
+        if self.cfg.drafter_kind.queries_target and \
+                not callable(getattr(target_model, "query_logits", None)):
             raise TypeError(
                 f"assd drafter 'self' needs the AS-ARM model class (query_logits); the "
                 f"engine loaded {type(target_model).__name__}")
@@ -126,10 +127,9 @@ class AssdProposer(AnyOrderProposer):
         self.drop_departed(self._bigrams)
         self._verified = {}
         if plans:
-            if self.cfg.drafter == "self":
-                plans, drafts, q = self._draft_self(view, plans, token_ids_cpu)
-            else:
-                drafts, q = self._draft_ngram(view, plans, token_ids_cpu)
+            draft = self._draft_self if self.cfg.drafter_kind.queries_target \
+                else self._draft_ngram
+            plans, drafts, q = draft(view, plans, token_ids_cpu)
             if plans:
                 probs = torch.zeros(len(plans), self.k, q.shape[-1], dtype=torch.float32)
                 start = 0
@@ -254,4 +254,4 @@ class AssdProposer(AnyOrderProposer):
             tokens, q = drafter.draft(true[p.n - seen:], greedy, gen)
             all_drafts.append(tokens)
             all_q.append(q.float())
-        return torch.cat(all_drafts), torch.cat(all_q)
+        return plans, torch.cat(all_drafts), torch.cat(all_q)
