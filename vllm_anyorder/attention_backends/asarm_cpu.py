@@ -16,7 +16,7 @@ the stock ``cpu_attention_with_kv_cache`` op gives it (checked against a dense r
 * **The query stream reads, never writes.** A query row carries no token: its K/V are never
   written (the op is called without the cache update), and it attends to the content K/V
   that the same layer has just written. With the forward's own metadata, query row j sees
-  what content row j sees (vLLM's target forward); with :func:`prefix_metadata` (causal off,
+  what content row j sees (vLLM's target forward); with ``metadata.prefix_metadata`` (causal off,
   ``seq_len`` = the decoded prefix), every query row sees exactly the decoded prefix (drafting).
 """
 
@@ -30,6 +30,7 @@ import torch
 
 from vllm_anyorder import _compat
 from vllm_anyorder.attention_backends import asarm_positions
+from vllm_anyorder.attention_backends.metadata import layer_metadata
 
 _cpu = _compat.cpu_attention_module()
 
@@ -167,7 +168,7 @@ def query_attention(attn: Any, query: torch.Tensor, metadata: Any = None) -> tor
     ``query_rows``), or its content metadata when there is none (row j sees what content
     row j saw)."""
     if metadata is None:
-        metadata = _layer_metadata(attn.layer_name)
+        metadata = layer_metadata(attn.layer_name)
         metadata = getattr(metadata, "query_metadata", None) or metadata
     out = torch.empty(query.shape[0], attn.num_heads * attn.head_size_v, dtype=query.dtype,
                       device=query.device)
@@ -194,53 +195,9 @@ def content_attention(attn: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     return out
 
 
-def _layer_metadata(layer_name: str) -> Any:
-    raw = _compat.forward_context().attn_metadata
-    if isinstance(raw, dict):
-        return raw.get(layer_name)
-    if isinstance(raw, list):
-        return raw[0].get(layer_name) if raw else None
-    return raw
-
-
-def build_metadata(builder: Any, query_lens: list[int], seq_lens: list[int],
-                   block_table: torch.Tensor, slot_mapping: torch.Tensor,
-                   causal: bool) -> Any:
-    """Backend metadata for rows laid out request by request (``query_lens[i]`` rows of
-    request i, whose sequence is ``seq_lens[i]`` long counting those rows when they are
-    content rows, or the prefix they read when they are query rows)."""
-    device = block_table.device
-    qsl = torch.zeros(len(query_lens) + 1, dtype=torch.int32)
-    qsl[1:] = torch.cumsum(torch.tensor(query_lens, dtype=torch.int32), 0)
-    seq = torch.tensor(seq_lens, dtype=torch.int32)
-    cm = _compat.common_attention_metadata_cls()(
-        query_start_loc=qsl.to(device),
-        query_start_loc_cpu=qsl,
-        seq_lens=seq.to(device),
-        num_reqs=len(query_lens),
-        num_actual_tokens=int(qsl[-1]),
-        max_query_len=max(query_lens),
-        max_seq_len=max(seq_lens),
-        block_table_tensor=block_table,
-        slot_mapping=slot_mapping,
-        causal=causal,
-    )
-    return builder.build(0, cm)
-
-
-def prefix_metadata(builder: Any, num_queries: list[int], prefix_lens: list[int],
-                    block_table: torch.Tensor) -> Any:
-    """Metadata for query rows that each see exactly the first ``prefix_lens[i]`` cached
-    tokens of request i (causal off: every row attends to the whole prefix; the rows
-    themselves are never in the cache; more rows than prefix tokens is fine)."""
-    total = sum(num_queries)
-    slots = torch.full((total,), -1, dtype=torch.int64, device=block_table.device)
-    return build_metadata(builder, num_queries, prefix_lens, block_table, slots, causal=False)
-
-
 def forward_query_rows(layer_name: str) -> torch.Tensor | None:
     """The token rows that get a query row in the current vLLM forward (None: all rows)."""
-    return getattr(_layer_metadata(layer_name), "query_rows", None)
+    return getattr(layer_metadata(layer_name), "query_rows", None)
 
 
 def forward_stream_positions(layer_name: str, positions: torch.Tensor):
@@ -260,7 +217,7 @@ def forward_stream_positions(layer_name: str, positions: torch.Tensor):
 def forward_true_positions(layer_name: str):
     """(content positions [num_actual_tokens], query positions [Rq]) of the current vLLM
     forward when it holds infill requests, else None (positions are sequence indices)."""
-    md = _layer_metadata(layer_name)
+    md = layer_metadata(layer_name)
     if getattr(md, "positions", None) is None:
         return None
     return md.positions, md.query_positions

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from vllm_anyorder import _compat
-from vllm_anyorder.attention_backends.asarm_cpu import build_metadata
+from vllm_anyorder.attention_backends.metadata import build_metadata
 
 _cpu = _compat.cpu_attention_module()
 

@@ -45,10 +45,10 @@ from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 
 from vllm_anyorder.attention_backends import xlnet_relative as rel
 from vllm_anyorder.attention_backends.asarm_cpu import (
-    _layer_metadata,
     apply_runner_patches,
     forward_stream_positions,
 )
+from vllm_anyorder.attention_backends.metadata import layer_metadata
 from vllm_anyorder.model_executor.asarm_vllm import QueryPlan, _forward_context
 
 
@@ -104,7 +104,7 @@ class XLNetRelativeAttention(nn.Module):
         ``query_positions`` -> (h, g) after attention, residual and layer norm."""
         k = torch.einsum("ih,hnd->ind", h, self.k)
         v = torch.einsum("ih,hnd->ind", h, self.v)
-        metadata = _layer_metadata(self.attn.layer_name) if plan is None else plan.content
+        metadata = layer_metadata(self.attn.layer_name) if plan is None else plan.content
         query_md = getattr(metadata, "query_metadata", None) if plan is None else plan.queries
         if plan is None and query_md is None:
             query_md = metadata  # no prompt lengths known: row j's query sees what row j saw
@@ -171,7 +171,7 @@ class XLNetTransformer(nn.Module):
         if query_positions is None:
             layer_name = self.layer[0].rel_attn.attn.layer_name
             rows, positions, query_positions = forward_stream_positions(layer_name, positions)
-            metadata = _layer_metadata(layer_name)
+            metadata = layer_metadata(layer_name)
             if metadata is not None:
                 self.keys.write(metadata.slot_mapping[: metadata.num_actual_tokens],
                                 positions[: metadata.num_actual_tokens])

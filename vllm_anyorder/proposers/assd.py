@@ -160,7 +160,7 @@ class AssdProposer(AnyOrderProposer):
     @torch.inference_mode()
     def _draft_self(self, view: Any, plans: list[_Plan], token_ids_cpu):
         """Alg. 1 lines 5-8 for every planned request in one forward."""
-        from vllm_anyorder.attention_backends.asarm_cpu import build_metadata, prefix_metadata
+        from vllm_anyorder.attention_backends.metadata import build_metadata, prefix_metadata
         from vllm_anyorder.model_executor.asarm_vllm import QueryPlan
 
         table = view.block_table
