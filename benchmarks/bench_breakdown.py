@@ -78,7 +78,8 @@ def split(name: str, batch: int, wall: float, timers: dict, generated: int) -> d
         adds_up=target + draft + plugin <= wall, timers=timers)
 
 
-def measure(cfg: Config, n_prompts: int, max_tokens: int, batches: list[int]) -> dict:
+def measure(cfg: Config, n_prompts: int, max_tokens: int, batches: list[int],
+            ignore_eos: bool = False) -> dict:
     """One row in this (child) process: engine, warm-up, one timed pass per batch size."""
     from vllm import SamplingParams
 
@@ -86,7 +87,7 @@ def measure(cfg: Config, n_prompts: int, max_tokens: int, batches: list[int]) ->
     from benchmarks.common import close, load_prompts, make_engine, timed_generate
 
     prompts = load_prompts(n_prompts)
-    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=ignore_eos)
     t0 = time.perf_counter()
     llm = make_engine(cfg.model, cfg.speculative_config, cfg.additional_config)
     start_s = time.perf_counter() - t0
@@ -138,6 +139,9 @@ def main() -> int:
     ap.add_argument("--block", type=int, default=32, help="dLLM block length")
     ap.add_argument("--cooldown", type=float, default=90.0,
                     help="seconds at most to wait for load average <= cores/2 before a row")
+    ap.add_argument("--ignore-eos", action="store_true",
+                    help="decode max_tokens whatever the output (default: stop at EOS, as the "
+                         "scoreboard bench_all.py does, so the two can be compared)")
     ap.add_argument("--rows", nargs="+", default=[],
                     help="only rows whose name starts with one of these (e.g. no-spec assd ssd)")
     args = ap.parse_args()
@@ -157,7 +161,7 @@ def main() -> int:
         before = machine_info()
         t0 = time.perf_counter()
         got = run_in_child(measure, cfg, args.prompts, args.max_tokens, args.batch,
-                           name=cfg.name)
+                           args.ignore_eos, name=cfg.name)
         runs.append(dict(method=cfg.name, model=str(Path(cfg.model).relative_to(REPO)),
                          speculative_config=cfg.speculative_config,
                          additional_config=cfg.additional_config, start_s=got["start_s"],
