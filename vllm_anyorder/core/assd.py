@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import torch
 
@@ -99,10 +99,41 @@ def target_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """One independent draw per row of probs [R, V] -> [R] long (argmax if one-hot)."""
+    """One independent draw per row of probs [R, V] -> [R] long (argmax if one-hot), drawn
+    on the generator's device (a seeded vLLM request's generator lives on the GPU)."""
     if bool(((probs == 0) | (probs == 1)).all()):  # point masses: no randomness consumed
         return probs.argmax(-1)
-    return torch.multinomial(probs, 1, generator=generator)[:, 0]
+    device = generator.device if generator is not None else probs.device
+    return torch.multinomial(probs.to(device), 1, generator=generator)[:, 0].to(probs.device)
+
+
+def sample_drafts(logits: torch.Tensor, temperature: torch.Tensor | None, budgets: list[int],
+                  generators: list[torch.Generator | None],
+                  transform: Callable[[torch.Tensor], torch.Tensor] | None = None):
+    """The drafts of ``assd`` in vLLM (Alg. 1 line 7 under vLLM's sampling transform): each
+    draft independently from q = softmax(transform(logits / T)) of its request, the one-hot
+    argmax where T == 0 -- the transform vLLM's rejection sampler applies to the target, so
+    its rule min(1, p/q) is exact. The exponential race argmax(q / E), E ~ Exp(1), is one draw
+    from q; E comes from the request's generator (seeded requests reproduce) on its device.
+
+    logits [N, V] (N = sum(budgets), request-major); temperature [N] (None: all greedy);
+    generators: one per request (None: the global RNG). Returns drafts [N] long and
+    q [N, V] float32, on the logits' device."""
+    greedy_q = torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+    if temperature is None:
+        return logits.argmax(-1), greedy_q
+    greedy = temperature == 0  # vLLM's GREEDY_TEMPERATURE
+    z = logits / torch.where(greedy, torch.ones_like(temperature), temperature)[:, None]
+    q = torch.softmax(transform(z) if transform is not None else z, dim=-1)
+    noise = torch.empty_like(q)
+    start = 0
+    for n, gen in zip(budgets, generators):
+        device = gen.device if gen is not None else q.device
+        noise[start: start + n] = torch.empty((n, q.shape[-1]), dtype=q.dtype, device=device
+                                              ).exponential_(generator=gen).to(q.device)
+        start += n
+    drafts = torch.where(greedy, logits.argmax(-1), (q / noise).argmax(-1))
+    return drafts, torch.where(greedy[:, None], greedy_q, q)
 
 
 def verify_drafts(drafts: torch.Tensor, q: torch.Tensor, p: torch.Tensor,

@@ -39,7 +39,7 @@ import torch
 
 from vllm_anyorder import _compat, config, patches
 from vllm_anyorder.attention_backends.asarm_positions import lookup, request_table
-from vllm_anyorder.core.assd import BigramDrafter
+from vllm_anyorder.core.assd import BigramDrafter, sample_drafts
 from vllm_anyorder.proposers.base import AnyOrderProposer
 
 
@@ -93,6 +93,10 @@ class AssdProposer(AnyOrderProposer):
                 f"assd drafter 'self' needs the AS-ARM model class (query_logits); the "
                 f"engine loaded {type(target_model).__name__}")
 
+    def _device(self) -> torch.device:
+        params = getattr(self.target, "parameters", None)
+        return next(params()).device if params is not None else torch.device("cpu")
+
     def take_draft_probs(self):
         """(req_ids, probs [R, k, V] float32) of the last ``propose`` (draft_probs patch)."""
         handed, self._handed = self._handed, None
@@ -131,12 +135,14 @@ class AssdProposer(AnyOrderProposer):
                 else self._draft_ngram
             plans, drafts, q = draft(view, plans, token_ids_cpu)
             if plans:
-                probs = torch.zeros(len(plans), self.k, q.shape[-1], dtype=torch.float32)
+                # on the target's device: vLLM's rejection sampler reads them there
+                probs = torch.zeros(len(plans), self.k, q.shape[-1], dtype=torch.float32,
+                                    device=self._device())
                 start = 0
                 for j, plan in enumerate(plans):
                     end = start + plan.budget
                     chains[plan.row] = drafts[start:end].tolist()
-                    probs[j, : plan.budget] = q[start:end]
+                    probs[j, : plan.budget] = q[start:end].to(probs.device)
                     start = end
                 self._handed = ([p.req_id for p in plans], probs)
                 self._drafted = {p.req_id for p in plans}
@@ -179,7 +185,7 @@ class AssdProposer(AnyOrderProposer):
         last_pos = torch.cat([lookup(t, last[j: j + 1]) for j, t in enumerate(tables)])
         query_pos = torch.cat([lookup(t, torch.arange(p.n, p.n + p.budget))
                                for p, t in zip(plans, tables)])
-        device = next(self.target.parameters()).device
+        device = self._device()
         block_rows = blocks[rows].to(device)
         builder = view.metadata_builder()
         seq_lens = [p.n for p in plans]
@@ -191,7 +197,7 @@ class AssdProposer(AnyOrderProposer):
         )
         logits = self.target.query_logits(tokens.to(device), last_pos.to(device),
                                           query_pos.to(device), plan, self.vllm_config)
-        logits = logits.float().cpu()  # [sum budgets, V]
+        logits = logits.float()  # [sum budgets, V], on the model's device
         self.query_forwards += 1
         for p in plans:
             self.live.setdefault(p.req_id, [0, 0])[0] += 1
@@ -208,32 +214,20 @@ class AssdProposer(AnyOrderProposer):
         return plans, drafts, q
 
     def _sample_drafts(self, view: Any, plans: list[_Plan], logits: torch.Tensor):
-        """Each draft independently from q = the request's sampling transform of its logits
-        (the transform vLLM's rejection sampler applies to the target): the argmax for
-        greedy requests (q one-hot), else temperature, top-k, top-p, softmax."""
+        """core.assd.sample_drafts with each request's temperature, top-k / top-p and
+        generator from vLLM's sampling metadata (rows = the input batch's)."""
         md = view.sampling_metadata
-        counts = torch.tensor([p.budget for p in plans])
-        rows = torch.tensor([p.row for p in plans]).repeat_interleave(counts)  # per draft
-        greedy_q = torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+        budgets = [p.budget for p in plans]
+        rows = torch.tensor([p.row for p in plans]).repeat_interleave(torch.tensor(budgets))
         if md.all_greedy or md.temperature is None:
-            return logits.argmax(-1), greedy_q
-        temp = md.temperature.cpu()[rows].float()
-        greedy = temp == 0  # vLLM's GREEDY_TEMPERATURE
-        z = logits / torch.where(greedy, torch.ones_like(temp), temp)[:, None]
-        top_k = md.top_k.cpu()[rows] if md.top_k is not None else None
-        top_p = md.top_p.cpu()[rows] if md.top_p is not None else None
-        z = _compat.apply_top_k_top_p(z, top_k, top_p)
-        q = torch.softmax(z, dim=-1)
-        noise = torch.empty_like(q)
-        start = 0
-        for p in plans:  # a seeded request draws from its own generator (reproducible)
-            gen = md.generators.get(p.row, self._generator)
-            noise[start: start + p.budget].exponential_(generator=gen)
-            start += p.budget
-        drafts = (q / noise).argmax(-1)  # exponential race == one draw from q
-        drafts = torch.where(greedy, logits.argmax(-1), drafts)
-        q = torch.where(greedy[:, None], greedy_q, q)
-        return drafts, q
+            return sample_drafts(logits, None, budgets, [])
+        on = logits.device
+        temp = md.temperature.to(on)[rows.to(on)].float()
+        top_k = md.top_k.to(on)[rows.to(on)] if md.top_k is not None else None
+        top_p = md.top_p.to(on)[rows.to(on)] if md.top_p is not None else None
+        gens = [md.generators.get(p.row, self._generator) for p in plans]
+        return sample_drafts(logits, temp, budgets, gens,
+                             lambda z: _compat.apply_top_k_top_p(z, top_k, top_p))
 
     def _draft_ngram(self, view: Any, plans: list[_Plan], token_ids_cpu):
         """Alg. 2: drafts from context-bigram counts (each conditioned on its left

@@ -89,6 +89,32 @@ def test_bigram_mode_is_the_argmax_of_its_distribution():
         assert (q.argmax(-1) == tokens).all() and bool((q.sum(-1) == 1).all())
 
 
+def test_sample_drafts_greedy_rows_are_argmax_and_sampled_rows_follow_q():
+    """vLLM-side draft sampling: T == 0 rows get the argmax and a one-hot q; T > 0 rows are
+    draws from softmax(transform(logits / T)) with their request's generator."""
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 6, generator=gen)
+    temp = torch.tensor([0.0, 0.7, 0.7])  # request a: 1 greedy draft; request b: 2 sampled
+    keep_top = lambda z: z.masked_fill(z < z.topk(4, -1).values[:, -1:], float("-inf"))  # noqa: E731
+    drafts, q = assd.sample_drafts(logits, temp, [1, 2], [None, gen], keep_top)
+    assert int(drafts[0]) == int(logits[0].argmax()) and q[0].tolist() == \
+        torch.nn.functional.one_hot(logits[0].argmax(), 6).float().tolist()
+    want = torch.softmax(keep_top(logits[1:] / 0.7), -1)
+    assert torch.allclose(q[1:], want) and (q[1:][want == 0] == 0).all()
+    # many draws of row b: frequencies match q (top-4 support only), seeded = reproducible
+    counts = Counter()
+    rows = logits[1:2].expand(4000, -1)
+    g1, g2 = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+    d1, _ = assd.sample_drafts(rows, torch.full((4000,), 0.7), [4000], [g1], keep_top)
+    d2, _ = assd.sample_drafts(rows, torch.full((4000,), 0.7), [4000], [g2], keep_top)
+    assert torch.equal(d1, d2)
+    counts.update(d1.tolist())
+    freq = torch.tensor([counts[t] / 4000 for t in range(6)])
+    assert (freq - want[0]).abs().max() < 0.03 and set(counts) <= set(want[0].nonzero()[:, 0].tolist())
+    greedy_only, q0 = assd.sample_drafts(logits, None, [3], [])
+    assert torch.equal(greedy_only, logits.argmax(-1)) and (q0.sum(-1) == 1).all()
+
+
 def test_settings_and_inputs_are_validated(models):
     for bad in ({"k": 0}, {"temperature": -1.0}, {"drafter": "tree"}):
         with pytest.raises(ValueError):
