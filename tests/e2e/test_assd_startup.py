@@ -48,6 +48,10 @@ def test_an_asarm_prompt_must_fit_one_prefill(asarm):
     _refused(asarm, "prefilled in one step", max_model_len=512, max_num_batched_tokens=256)
 
 
+def test_an_fp8_kv_cache_is_refused(asarm):
+    _refused(asarm, "fp8 KV cache", kv_cache_dtype="fp8")
+
+
 def test_asarm_engine_settings_override_prefix_caching_and_chunked_prefill(asarm):
     from vllm.engine.arg_utils import EngineArgs
 

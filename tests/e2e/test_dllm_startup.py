@@ -57,3 +57,8 @@ def test_dllm_method_on_an_autoregressive_model_is_refused(tiny_llama, method):
 def test_prompt_must_fit_one_prefill(llada):
     with pytest.raises(ValueError, match="prefilled in one step"):
         make_llm(llada, max_model_len=256, max_num_batched_tokens=64)
+
+
+def test_an_fp8_kv_cache_is_refused(llada):
+    with pytest.raises(ValueError, match="fp8 KV cache"):
+        make_llm(llada, kv_cache_dtype="fp8")

@@ -70,6 +70,11 @@ def bidirectional_prompt_settings(vllm_config, model_name: str, prompt_kind: str
         raise ValueError(f"{model_name} runs on vLLM's CPU attention backend only in this "
                          f"version of vllm-anyorder")
     cache, sched = vllm_config.cache_config, vllm_config.scheduler_config
+    if str(getattr(cache, "cache_dtype", "auto")).startswith("fp8"):
+        raise ValueError(
+            f"{model_name}: an fp8 KV cache (kv_cache_dtype={cache.cache_dtype!r}) is not "
+            f"supported: the plugin's attention paths read and copy raw cache entries without "
+            f"fp8 scales; use kv_cache_dtype='auto'")
     max_len = vllm_config.model_config.max_model_len
     if sched.max_num_batched_tokens < max_len:
         raise ValueError(
