@@ -41,8 +41,7 @@ RUNNER_PATCHED = ("_sample", "propose_draft_token_ids", "_get_spec_decode_draft_
                   "_build_attention_metadata")
 PLUGIN_HOOKS = ("propose", "observe_verification", "take_draft_probs")
 # plugin internals timed as "plugin" frames too: only ``by_function`` (the detail) changes
-PLUGIN_DETAIL = ("_decide", "_evaluate", "_repair", "_draft_self", "_sample_drafts",
-                 "_draft_ngram")
+PLUGIN_DETAIL = ("_decide", "_draft_self", "_sample_drafts", "_draft_ngram")
 _DECIDES = {"plugin": "draft_fwd", "vllm_drafter": "draft_fwd", "draft_fwd": "draft_fwd",
             "target_fwd": "target_fwd", "vllm_inner": "target_fwd", "worker": "target_fwd"}
 
@@ -170,6 +169,9 @@ def install(worker) -> list[str]:
 
         if _wrap_attr(dllm_cpu, "scratch_plan", "kv_copy"):  # looked up at each call
             done.append("dllm_cpu.scratch_plan")
+        for name in ("evaluate", "repair"):  # the dLLM forwards over the paged cache
+            if _wrap_attr(drafter.rows, name, "plugin"):
+                done.append(f"drafter.rows.{name} (detail)")
         for name in ("plan", "advance"):  # the core's decisions (class level: per request)
             if _wrap_attr(DllmRequest, name, "plugin"):
                 done.append(f"DllmRequest.{name} (detail)")

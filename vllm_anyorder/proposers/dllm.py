@@ -12,7 +12,8 @@ Algorithm 2). vLLM carries the request; one engine step moves it by one block:
 2. ``observe_verification`` (the ``verification_hook`` patch, before vLLM samples) decides
    the next block: it runs the core's plan -> forward -> advance loop for every request of
    the batch in lock-step, each round ONE batched forward of all requests' nodes over the
-   paged prefix (``DllmForDiffusionLM.row_logits``). Then it overwrites vLLM's logits in place
+   paged prefix (``attention_backends/dllm_rows.py``: the cache bookkeeping, the repair and
+   evaluation forwards through ``DllmForDiffusionLM.row_logits``). Then it overwrites vLLM's logits in place
    with one-hot rows (0 at the decided token, -inf elsewhere): the rejection sampler accepts
    the drafts (the previous block) and emits the new block's first token. One-hot rows keep
    the choice under every sampling transform (temperature, top-k/p, penalties, bias).
@@ -37,6 +38,7 @@ import torch
 
 from vllm_anyorder import config, families
 from vllm_anyorder.core.dllm import DllmRequest
+from vllm_anyorder.attention_backends.dllm_rows import DllmRowRunner, PagedPrefix
 from vllm_anyorder.core.dllm_blocks import DllmSettings, block_span
 from vllm_anyorder.proposers.base import AnyOrderProposer
 
@@ -46,12 +48,12 @@ logger = logging.getLogger("vllm_anyorder")
 @dataclass
 class _State:
     req: DllmRequest
-    prompt_len: int
-    clean: int = 0  # positions [0, clean) hold final K/V in the paged cache
-    anchor: torch.Tensor | None = None  # raw logits of row clean - 1 (logit-shift models)
-    written: int = 0  # end of the rows vLLM's last forward wrote (their slots exist)
-    repairs: int = 0
+    cache: PagedPrefix  # what the paged cache holds for it (attention_backends/dllm_rows.py)
     steps: int = 0  # engine steps (vLLM forwards) the request took part in
+
+    @property
+    def prompt_len(self) -> int:
+        return self.cache.prompt_len
 
 
 class DllmProposer(AnyOrderProposer):
@@ -74,6 +76,7 @@ class DllmProposer(AnyOrderProposer):
         if not callable(getattr(target_model, "row_logits", None)):
             raise TypeError(f"method '{self.method}' needs the plugin's dLLM model class; the "
                             f"engine loaded {type(target_model).__name__}")
+        self.rows = DllmRowRunner(target_model, self.shift)
 
     # ------------------------------------------------------------------ settings
     def _settings(self, sp: Any, prompt_len: int) -> DllmSettings:
@@ -104,7 +107,7 @@ class DllmProposer(AnyOrderProposer):
             req.canvas[:full] = torch.tensor(outputs[:full])
             while req.i < len(req.steps) and req.steps[req.i].block * req.s.block_length < full:
                 req.i += 1
-        return _State(req, p)
+        return _State(req, PagedPrefix(p))
 
     # ------------------------------------------------------------------ the hook
     def observe_verification(self, view: Any, logits: Any, spec_decode_metadata: Any) -> None:
@@ -123,7 +126,7 @@ class DllmProposer(AnyOrderProposer):
             if st is None:
                 st = self.states[req_id] = self._new_state(view, req_id, i, n)
             st.steps += 1
-            self._written(st, a, e, logits[row + rows - 1])
+            st.cache.observe_write(a, e, st.req.s, logits[row + rows - 1], self.shift)
             work.append((st, i, row, rows, e))
             row += rows
         self._decide(view, [(st, i, e - rows + 1, e) for st, i, _, rows, e in work])
@@ -134,20 +137,6 @@ class DllmProposer(AnyOrderProposer):
                 g = e - rows + r + 1 - p  # generated index this row commits
                 tok = int(st.req.canvas[g]) if 0 <= g < s.max_tokens else (s.eos_id or 0)
                 logits[row + r, tok if tok != self.mask_id else (s.eos_id or 0)] = 0.0
-
-    def _written(self, st: _State, a: int, e: int, last_row_logits) -> None:
-        """vLLM's forward wrote rows [a, e): final iff they are exactly the prompt or exactly
-        one block right after the clean prefix."""
-        p, s = st.prompt_len, st.req.s
-        st.written = e
-        unit = (a == 0 and e == p) or (
-            a >= p and (a - p) % s.block_length == 0 and a - p < s.max_tokens
-            and e == p + block_span(s, (a - p) // s.block_length)[1])
-        if st.clean == a and unit:
-            st.clean = e
-            st.anchor = last_row_logits.detach().float().cpu().clone() if self.shift else None
-        else:
-            st.clean = min(st.clean, a)
 
     def _needs(self, st: _State, lo: int, hi: int) -> bool:
         """Whether a token this step commits (positions lo..hi) or the rest of the bonus
@@ -171,95 +160,15 @@ class DllmProposer(AnyOrderProposer):
                 if plan is not None:
                     jobs.append((st, i, plan))
             if jobs:
-                self._repair(view, [(st, i, plan) for st, i, plan in jobs])
-                for (st, _, _), lg in zip(jobs, self._evaluate(view, jobs)):
+                row_jobs = [(st.cache, st.req, i, plan) for st, i, plan in jobs]
+                self.rows.repair(view, row_jobs)
+                for (st, _, plan), lg in zip(jobs, self.rows.evaluate(view, row_jobs)):
+                    if self.trace is not None:
+                        self.trace.append({"prompt": st.req.prompt.tolist(),
+                                           "nodes": plan.nodes.clone(), "window": plan.window,
+                                           "logits": lg.clone()})
                     st.req.advance(lg)
             active = [w for w in active if self._needs(w[0], w[2], w[3])]
-
-    # ------------------------------------------------------------------ forwards
-    def _context(self, view: Any):
-        table = view.block_table
-        builder = view.metadata_builder()
-        return table, int(table.block_size), builder
-
-    def _cuts(self, st: _State, start: int, end: int) -> tuple[int, ...]:
-        """Group ends for rows [start, end): the prompt end, then each block's end."""
-        p, s = st.prompt_len, st.req.s
-        cuts = [p] if start < p else []
-        g = max(0, start - p)
-        while p + g < end:
-            g = block_span(s, g // s.block_length)[1]
-            cuts.append(min(p + g, end))
-        return tuple(c for c in cuts if c > start)
-
-    def _repair(self, view: Any, jobs) -> None:
-        """Rewrite, in the real cache, rows [clean, c) whose K/V vLLM wrote incompletely (a
-        preempted request recomputed as one prompt): c = the last unit boundary before both
-        the plan's window and the end of vLLM's rows (their slots exist)."""
-        from vllm_anyorder.attention_backends.dllm_cpu import NodeJob, repair_plan
-
-        todo = []
-        for st, i, plan in jobs:
-            p, lim = st.prompt_len, min(st.prompt_len + plan.window[0], st.written)
-            c = p + (lim - p) // st.req.s.block_length * st.req.s.block_length if lim >= p else 0
-            if st.clean < c:
-                todo.append((st, i, c))
-        if not todo:
-            return
-        table, bs, builder = self._context(view)
-        blocks, device = table.get_cpu_tensor(), next(self.target.parameters()).device
-        jobs, ids, pos = [], [], []
-        for st, i, c in todo:
-            jobs.append(NodeJob(blocks[i].to(torch.int64), st.clean, c, 1,
-                                self._cuts(st, st.clean, c)))
-            ids.append(torch.cat([st.req.prompt, st.req.canvas])[st.clean:c])
-            pos.append(torch.arange(st.clean, c))
-        plan = repair_plan(builder, jobs, bs)
-        out = self.target.row_logits(torch.cat(ids).to(device), torch.cat(pos).to(device), plan)
-        end = 0
-        for (st, _, c), job in zip(todo, jobs):
-            end += job.end - job.start
-            st.clean, st.repairs = c, st.repairs + 1
-            st.anchor = out[end - 1].float().cpu().clone() if self.shift else None
-
-    def _evaluate(self, view: Any, jobs) -> list[torch.Tensor]:
-        """ONE forward over every node of every job -> per job logits [n, w1 - w0, V]."""
-        from vllm_anyorder.attention_backends.dllm_cpu import NodeJob, scratch_plan
-
-        table, bs, builder = self._context(view)
-        blocks, device = table.get_cpu_tensor(), next(self.target.parameters()).device
-        node_jobs, ids, pos = [], [], []
-        for st, i, plan in jobs:
-            # rows from the clean prefix on: normally the window itself; when the window
-            # starts past a decided block vLLM has not written yet (FreeDave drafting across
-            # a block end), that block's rows are computed alongside (block-causal: exact)
-            p, (w0, w1) = st.prompt_len, plan.window
-            r0, n = min(st.clean, p + w0), plan.nodes.shape[0]
-            full = torch.cat([st.req.prompt.expand(n, -1), plan.nodes], 1)
-            node_jobs.append(NodeJob(blocks[i].to(torch.int64), r0, p + w1, n,
-                                     self._cuts(st, r0, p + w1)))
-            ids.append(full[:, r0: p + w1].reshape(-1))
-            pos.append(torch.arange(r0, p + w1).repeat(n))
-        caches = [layer.self_attn.attn.kv_cache for layer in self.target.layers]
-        plan_rows = scratch_plan(builder, node_jobs, caches, bs)
-        raw = self.target.row_logits(torch.cat(ids).to(device), torch.cat(pos).to(device),
-                                     plan_rows).float().cpu()
-        out, start = [], 0
-        for (st, _, plan), job in zip(jobs, node_jobs):
-            n, w = job.nodes, job.end - job.start
-            lg = raw[start: start + n * w].view(n, w, -1)
-            start += n * w
-            skip = st.prompt_len + plan.window[0] - job.start  # rows before the window
-            if not self.shift:
-                out.append(lg[:, skip:])
-            elif skip:  # row q predicts q + 1: the row before the window was computed too
-                out.append(lg[:, skip - 1: -1])
-            else:  # ... or it is the last clean row: its logits are kept (the anchor)
-                out.append(torch.cat([st.anchor.expand(n, 1, -1), lg[:, :-1]], 1))
-            if self.trace is not None:
-                self.trace.append({"prompt": st.req.prompt.tolist(), "nodes": plan.nodes.clone(),
-                                   "window": plan.window, "logits": out[-1].clone()})
-        return out
 
     # ------------------------------------------------------------------ drafts
     def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu,
@@ -285,7 +194,7 @@ class DllmProposer(AnyOrderProposer):
                               "max_tokens": st.req.s.max_tokens,
                               "temperature": st.req.s.temperature, "steps": st.steps,
                               "forwards": st.req.forwards, "nodes": st.req.nodes,
-                              "repairs": st.repairs})
+                              "repairs": st.cache.repairs})
 
 
 class StepwiseProposer(DllmProposer):
