@@ -68,6 +68,16 @@ def cpu_attention_module() -> ModuleType:
     return _module("vllm.v1.attention.backends.cpu_attn")
 
 
+def attention_backend_module() -> ModuleType:
+    """``vllm.v1.attention.backend``: AttentionBackend / AttentionImpl / MetadataBuilder."""
+    return _module("vllm.v1.attention.backend")
+
+
+def attention_registry_module() -> ModuleType:
+    """``vllm.v1.attention.backends.registry``: AttentionBackendEnum, register_backend."""
+    return _module("vllm.v1.attention.backends.registry")
+
+
 def common_attention_metadata_cls():
     """``CommonAttentionMetadata``: the per-batch input of every metadata builder."""
     return _module("vllm.v1.attention.backend").CommonAttentionMetadata

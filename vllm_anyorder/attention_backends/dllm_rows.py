@@ -2,7 +2,7 @@
 
 vLLM's own forward writes one unit per step (the prompt, then one decided block); when that
 unit lands right after the clean prefix its K/V are final (block-causal attention,
-``dllm_cpu.py``). :class:`PagedPrefix` tracks, per request, how far the cache holds final K/V
+``dllm_plans.py``). :class:`PagedPrefix` tracks, per request, how far the cache holds final K/V
 (``clean``), how far vLLM has written slots (``written``) and, for logit-shift models
 (Dream), the raw logits of the last clean row (``anchor``: row q predicts q + 1, so the first
 row of a window needs the row before it). :class:`DllmRowRunner` runs the two kinds of
@@ -11,7 +11,7 @@ forward the proposer needs:
 * ``repair``: rows [clean, c) that vLLM wrote incompletely (a preempted request recomputed as
   one prompt) are rewritten in place before they are read;
 * ``evaluate``: ONE forward over every node (candidate canvas) of every job, each node's
-  rows over the clean prefix (``scratch_plan``), returning per job logits
+  rows over the clean prefix (the implementation's ``node_plan``), returning per job logits
   ``[nodes, w1 - w0, V]`` aligned with the plan's window.
 
 The proposer (``proposers/dllm.py``) only plans, advances and commits.
@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from vllm_anyorder.attention_backends import dllm_cpu
-from vllm_anyorder.attention_backends.dllm_cpu import NodeJob
+from vllm_anyorder.attention_backends import dllm_plans
+from vllm_anyorder.attention_backends.dllm_plans import NodeJob
 from vllm_anyorder.core.dllm_blocks import block_span
 
 
@@ -95,7 +95,7 @@ class DllmRowRunner:
                                      group_cuts(pre.prompt_len, req.s, pre.clean, c)))
             ids.append(torch.cat([req.prompt, req.canvas])[pre.clean:c])
             pos.append(torch.arange(pre.clean, c))
-        plan = dllm_cpu.repair_plan(builder, node_jobs, bs)
+        plan = dllm_plans.repair_plan(builder, node_jobs, bs)
         out = self.model.row_logits(torch.cat(ids).to(device), torch.cat(pos).to(device), plan)
         end = 0
         for (pre, _, _, c), job in zip(todo, node_jobs):
@@ -120,8 +120,7 @@ class DllmRowRunner:
             ids.append(full[:, r0: p + w1].reshape(-1))
             pos.append(torch.arange(r0, p + w1).repeat(n))
         caches = [layer.self_attn.attn.kv_cache for layer in self.model.layers]
-        plan_rows = dllm_cpu.scratch_plan(builder, node_jobs, caches, bs)  # (module lookup:
-        # benchmarks/breakdown.py times the copies by wrapping it)
+        plan_rows = builder.node_plan(node_jobs, caches, bs)  # the implementation's plan
         raw = self.model.row_logits(torch.cat(ids).to(device), torch.cat(pos).to(device),
                                     plan_rows).float().cpu()
         out, start = [], 0

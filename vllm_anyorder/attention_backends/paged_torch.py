@@ -6,9 +6,11 @@ op runs on CPU only. What works on every device is this: write K/V into the page
 slot, gather a row group's keys by its block-table row, and attend with an explicit mask
 (``torch.nn.functional.scaled_dot_product_attention``, any device, fp32 / bf16 / fp16).
 
-Cache layout (owned by this implementation: it writes and reads, nothing else does):
-``kv_cache [2, num_blocks, block_size, kv_heads, head_dim]``; token slot s lives at
-``(s // block_size, s % block_size)``; slot -1 marks a padding row (never written).
+Cache layout: vLLM 0.32's logical per-layer view ``kv_cache [num_blocks, kv_heads,
+block_size, 2 * head_dim]`` (key | value in the last axis; vLLM allocates it, in whatever
+physical stride order it resolves: indexing here is logical). Only this implementation
+writes and reads it. Token slot s lives at block ``s // block_size``, offset
+``s % block_size``; slot -1 marks a padding row (never written).
 
 A forward's rows come in **row groups** (:class:`RowGroup`): consecutive rows of one request
 that read the first ``seq_len`` cached tokens of one block-table row, with one mask rule:
@@ -39,7 +41,7 @@ import torch.nn.functional as F
 
 
 def cache_shape(num_blocks: int, block_size: int, kv_heads: int, head_dim: int):
-    return (2, num_blocks, block_size, kv_heads, head_dim)
+    return (num_blocks, kv_heads, block_size, 2 * head_dim)
 
 
 def write_kv(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -47,23 +49,23 @@ def write_kv(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """Store k, v [T, kv_heads, D] at ``slots`` [T] (-1 rows skipped; extra slots ignored)."""
     if kv_cache is None or kv_cache.numel() == 0:
         return
-    block_size = kv_cache.shape[2]
+    block_size, head_dim = kv_cache.shape[2], k.shape[-1]
     slots = slots[: k.shape[0]].to(torch.int64)
     keep = slots >= 0
     slots = slots[keep]
     blocks, offsets = slots // block_size, slots % block_size
-    kv_cache[0, blocks, offsets] = k[keep].to(kv_cache.dtype)
-    kv_cache[1, blocks, offsets] = v[keep].to(kv_cache.dtype)
+    kv_cache[blocks, :, offsets, :head_dim] = k[: keep.shape[0]][keep].to(kv_cache.dtype)
+    kv_cache[blocks, :, offsets, head_dim:] = v[: keep.shape[0]][keep].to(kv_cache.dtype)
 
 
 def gather_kv(kv_cache: torch.Tensor, block_row: torch.Tensor, seq_len: int):
     """Keys and values [seq_len, kv_heads, D] of the first ``seq_len`` tokens of a request
     whose block-table row is ``block_row`` [max_blocks]."""
-    block_size = kv_cache.shape[2]
+    block_size, head_dim = kv_cache.shape[2], kv_cache.shape[3] // 2
     j = torch.arange(seq_len, device=block_row.device)
     blocks = block_row[j // block_size].to(torch.int64)
-    offsets = j % block_size
-    return kv_cache[0, blocks, offsets], kv_cache[1, blocks, offsets]
+    kv = kv_cache[blocks, :, j % block_size]  # [S, kv_heads, 2D]
+    return kv[..., :head_dim], kv[..., head_dim:]
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ App. D), laid out for vLLM's paged engine, which generates left to right:
 * The engine sequence is the generation order; the normal token rows are the **content
   stream** (rotary at the true position: the sequence index, or for an infill request its
   position table, ``attention_backends/asarm_positions.py``) and write the KV cache. The
-  prompt is visible: its prefill is bidirectional (``AsArmCPUBackend``), generated tokens
-  are causal.
+  prompt is visible: its prefill is bidirectional (``asarm_attention.AsArmBuilderMixin``),
+  generated tokens are causal.
 * At every layer the **query stream** runs the same attention op a second time over the same
   cache: a row per token row from the last prompt token on (earlier rows would predict
   visible tokens), started from ``model.query_embed``, rotary at the NEXT position (the
@@ -22,7 +22,8 @@ App. D), laid out for vLLM's paged engine, which generates left to right:
 Constraints this layout imposes (set by :class:`AsArmEngineConfig` at engine start-up):
 prompts are prefilled in one step (no chunked prefill: a chunk could not see later chunks)
 and without prefix caching (a cached prompt block was computed seeing only its own prompt).
-Prompt logprobs are not computed (visible tokens have no query row). CPU backend only.
+Prompt logprobs are not computed (visible tokens have no query row). Attention: vLLM's CPU
+op or the plugin's PyTorch implementation (``attention_backends/selection.py``).
 """
 
 from __future__ import annotations
@@ -47,13 +48,13 @@ from vllm.model_executor.layers.vocab_parallel_embedding import (
 from vllm.model_executor.models.llama import LlamaMLP, LlamaModel
 from vllm.model_executor.models.utils import AutoWeightsLoader, make_layers, maybe_prefix
 
-from vllm_anyorder.attention_backends.asarm_cpu import (
-    AsArmCPUBackend,
+from vllm_anyorder.attention_backends.asarm_attention import (
     apply_runner_patches,
     content_attention,
     forward_stream_positions,
     query_attention,
 )
+from vllm_anyorder.attention_backends.selection import backend_for
 from vllm_anyorder.model_executor.asarm import ARCHITECTURE
 
 
@@ -95,7 +96,7 @@ class AsArmAttention(nn.Module):
         self.attn = Attention(
             self.num_heads, self.head_dim, self.head_dim ** -0.5, num_kv_heads=self.num_kv_heads,
             cache_config=cache_config, quant_config=quant_config, prefix=f"{prefix}.attn",
-            attn_backend=AsArmCPUBackend)
+            attn_backend=backend_for("asarm", ARCHITECTURE))
 
     def forward(self, positions, query_positions, h, num_content: int,
                 plan: QueryPlan | None = None):

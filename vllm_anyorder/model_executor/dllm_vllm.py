@@ -7,11 +7,12 @@ SwiGLU MLP; LLaDA without biases (optionally tied head, ``input_emb_norm``, ``sc
 Dream with q/k/v biases, an untied head and the logit shift (row i predicts token i + 1,
 ``logit_shift = 1``; LLaDA's row i predicts token i).
 
-Attention is block-causal over the paged cache (``attention_backends/dllm_cpu.py``). vLLM's
+Attention is block-causal over the paged cache (``attention_backends/dllm_plans.py``). vLLM's
 own forward writes the committed prefix; :meth:`DllmForDiffusionLM.row_logits` runs the
 denoising / verification forwards of the ``dllm`` proposer (``proposers/dllm.py``) with a
-:class:`~vllm_anyorder.attention_backends.dllm_cpu.RowPlan`. Prompts are prefilled in one step
-and prefix caching is off (``engine_configs.DllmEngineConfig``). CPU attention backend only.
+:class:`~vllm_anyorder.attention_backends.dllm_plans.RowPlan`. Prompts are prefilled in one step
+and prefix caching is off (``engine_configs.DllmEngineConfig``). Attention: vLLM's CPU op or
+the plugin's PyTorch implementation (``attention_backends/selection.py``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ from vllm.model_executor.layers.vocab_parallel_embedding import (
 )
 from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 
-from vllm_anyorder.attention_backends.dllm_cpu import DllmCPUBackend, RowPlan, node_attention
+from vllm_anyorder.attention_backends.dllm_plans import RowPlan, node_attention
+from vllm_anyorder.attention_backends.selection import backend_for
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,7 @@ class DllmAttention(nn.Module):
         self.attn = Attention(self.num_heads, self.head_dim, self.head_dim ** -0.5,
                               num_kv_heads=self.num_kv_heads, cache_config=cache_config,
                               quant_config=quant_config, prefix=f"{prefix}.attn",
-                              attn_backend=DllmCPUBackend)
+                              attn_backend=backend_for("dllm", "LLaDA / Dream"))
 
     def forward(self, positions, h, layer: int, plan: RowPlan | None):
         qkv, _ = self.qkv_proj(h)

@@ -21,6 +21,7 @@ class BidirectionalPromptEngineConfig:
 
     MODEL_NAME: ClassVar[str] = ""
     PROMPT_KIND: ClassVar[str] = ""
+    ATTENTION_KIND: ClassVar[str] = ""  # a kind of ``attention_backends.selection``
 
     @staticmethod
     def verify_and_update_model_config(model_config) -> None:
@@ -29,11 +30,13 @@ class BidirectionalPromptEngineConfig:
     @classmethod
     def verify_and_update_config(cls, vllm_config) -> None:
         bidirectional_prompt_settings(vllm_config, cls.MODEL_NAME, cls.PROMPT_KIND)
+        plugin_attention_settings(vllm_config, cls.MODEL_NAME, cls.ATTENTION_KIND)
 
 
 class AsArmEngineConfig(BidirectionalPromptEngineConfig):
     MODEL_NAME = "AnySubsetLlamaForCausalLM (anyorder_llama)"
     PROMPT_KIND = "an AS-ARM prompt"
+    ATTENTION_KIND = "asarm"
 
 
 class XLNetEngineConfig(BidirectionalPromptEngineConfig):
@@ -42,6 +45,7 @@ class XLNetEngineConfig(BidirectionalPromptEngineConfig):
 
     MODEL_NAME = "XLNetLMHeadModel (AS-ARM)"
     PROMPT_KIND = "an AS-ARM prompt"
+    ATTENTION_KIND = "xlnet"
 
     @classmethod
     def verify_and_update_config(cls, vllm_config) -> None:
@@ -57,18 +61,14 @@ class XLNetEngineConfig(BidirectionalPromptEngineConfig):
 class DllmEngineConfig(BidirectionalPromptEngineConfig):
     MODEL_NAME = "LLaDA / Dream models"
     PROMPT_KIND = "a diffusion LLM's prompt"
+    ATTENTION_KIND = "dllm"
 
 
 def bidirectional_prompt_settings(vllm_config, model_name: str, prompt_kind: str) -> None:
     """Engine settings of a model whose prompt is attended bidirectionally (AS-ARMs, dLLMs):
-    CPU attention backend only; the prompt is prefilled in one step (chunked prefill off,
+    the prompt is prefilled in one step (chunked prefill off,
     ``max_num_batched_tokens >= max_model_len``) and its KV are never shared with another
     prompt (prefix caching off)."""
-    from vllm.platforms import current_platform
-
-    if not current_platform.is_cpu():
-        raise ValueError(f"{model_name} runs on vLLM's CPU attention backend only in this "
-                         f"version of vllm-anyorder")
     cache, sched = vllm_config.cache_config, vllm_config.scheduler_config
     if str(getattr(cache, "cache_dtype", "auto")).startswith("fp8"):
         raise ValueError(
@@ -87,3 +87,24 @@ def bidirectional_prompt_settings(vllm_config, model_name: str, prompt_kind: str
     cache.enable_prefix_caching = False
     sched.enable_chunked_prefill = False
 
+
+def plugin_attention_settings(vllm_config, model_name: str, kind: str,
+                              on_cpu: bool | None = None) -> None:
+    """The plugin's attention (``attention_backends/selection.py``): the choice is checked
+    here, at start-up (a bad ``VLLM_ANYORDER_ATTENTION``, ``cpu_op`` off the CPU platform).
+    Off the CPU platform the model runs eagerly: its row groups are Python lists that a CUDA
+    graph cannot replay (vLLM honours ``enforce_eager`` set in this hook: it runs before the
+    compilation settings are derived). On CPU there are no CUDA graphs; the setting is left
+    as the user gave it."""
+    from vllm_anyorder.attention_backends import selection
+
+    if on_cpu is None:
+        from vllm.platforms import current_platform
+
+        on_cpu = bool(current_platform.is_cpu())
+    impl = selection.implementation(kind, on_cpu)
+    model_config = vllm_config.model_config
+    if not on_cpu and not model_config.enforce_eager:
+        logger.info("vllm_anyorder: %s: eager mode, no CUDA graphs (anyorder attention: %s)",
+                    model_name, impl)
+        model_config.enforce_eager = True

@@ -6,7 +6,7 @@ paged engine, with the semantics of the Llama-based AS-ARM (``asarm_vllm.py``):
 
 * the engine sequence is the generation order; token rows are XLNet's **content stream**
   (word embedding, no position), writing K/V; the prompt attends bidirectionally, generated
-  tokens causally (``AsArmCPUMetadataBuilder``);
+  tokens causally (``asarm_attention.AsArmBuilderMixin``);
 * the **query stream** (``mask_emb``) runs beside it at every layer: one row per token row
   from the last prompt token on, positioned at the position it predicts (the next sequence
   index, an infill request's next masked position), reading the cache without writing;
@@ -19,7 +19,8 @@ Weights load from the Hugging Face names (``transformer.layer.N.rel_attn.{q,k,v,
 ``transformer.word_embedding``, ``transformer.mask_emb``, ``lm_loss.bias``; ``lm_loss``
 tied to the embedding). Tensor parallel: heads and the feed-forward are sharded, the
 attention output is all-reduced. ``anyorder_banned_token_ids`` in config.json get -inf
-logits (the paper bans XLNet's ``<mask>``). CPU only, like the Llama-based AS-ARM.
+logits (the paper bans XLNet's ``<mask>``). Any device: the attention is the plugin's
+PyTorch implementation (``asarm_torch.AsArmTorchBackend``).
 """
 
 from __future__ import annotations
@@ -44,11 +45,13 @@ from vllm.model_executor.layers.vocab_parallel_embedding import (
 from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 
 from vllm_anyorder.attention_backends import xlnet_relative as rel
-from vllm_anyorder.attention_backends.asarm_cpu import (
+from vllm_anyorder.attention_backends.asarm_attention import (
     apply_runner_patches,
     forward_stream_positions,
 )
 from vllm_anyorder.attention_backends.metadata import layer_metadata
+from vllm_anyorder.attention_backends.paged_torch import write_kv
+from vllm_anyorder.attention_backends.selection import backend_for
 from vllm_anyorder.model_executor.asarm_vllm import QueryPlan, _forward_context
 
 
@@ -81,7 +84,7 @@ class XLNetRelativeAttention(nn.Module):
         self.attn = Attention(heads, d, d ** -0.5, num_kv_heads=heads,
                               cache_config=vllm_config.cache_config,
                               quant_config=vllm_config.quant_config, prefix=f"{prefix}.attn",
-                              attn_backend=rel.XLNetCPUBackend)
+                              attn_backend=backend_for("xlnet", "XLNetLMHeadModel"))
         self.max_distance = vllm_config.model_config.max_model_len + 2
         self.clamp_len = int(getattr(config, "clamp_len", -1) or -1)
         self._scoring: rel.RelativeScoring | None = None
@@ -111,7 +114,7 @@ class XLNetRelativeAttention(nn.Module):
         slots = plan.slots if plan is not None else \
             (metadata.slot_mapping if metadata is not None else None)
         if slots is not None:
-            rel.write_kv(self.attn.kv_cache, k, v, slots)
+            write_kv(self.attn.kv_cache, k, v, slots)
         scoring = self.scoring()
         qh = torch.einsum("ih,hnd->ind", h, self.q)
         qg = torch.einsum("ih,hnd->ind", g, self.q)

@@ -17,9 +17,9 @@ def apply_asarm_prompt_lengths(prompt_lens) -> None:
     ``[token, -1 x k]`` (``v1/core/sched/scheduler.py:1130-1153``). Treating such rows as one
     bidirectional prompt lets the prompt attend to the placeholders (seen: wrong first token).
     What: wraps ``GPUModelRunner._build_attention_metadata`` (inherited by the V1
-    ``CPUModelRunner``): while it runs, ``attention_backends.asarm_cpu.PROMPT_LENS`` holds
+    ``CPUModelRunner``): while it runs, ``attention_backends.asarm_attention.PROMPT_LENS`` holds
     ``input_batch.num_prompt_tokens_cpu_tensor`` (input-batch row order, the order of the
-    metadata's requests), which only ``AsArmCPUMetadataBuilder`` reads. Nothing else changes.
+    metadata's requests), which only the AS-ARM builders (``AsArmBuilderMixin``) read. Nothing else changes.
     Applied by the AS-ARM model class when it is built (worker processes only).
     Checked: vLLM 0.32.0 (``v1/worker/gpu_model_runner.py:2249``, prompt lengths read at
     ``:2314``, called at ``:4142`` and ``:5751``).
@@ -53,7 +53,7 @@ def apply_asarm_infill_positions(position_tables, batch_tables) -> None:
     ``attention_backends.asarm_positions.POSITION_TABLES`` holds each input-batch row's
     position table (from ``sampling_params.extra_args["anyorder_infill"]``, cached on the
     runner's request state) or None when no infill request is scheduled. Only
-    ``AsArmCPUMetadataBuilder`` reads it; it stores the rows' true positions in the metadata
+    the AS-ARM builders (``AsArmBuilderMixin``) read it; it stores the rows' true positions in the metadata
     and the AS-ARM model uses them for rotary. Slot mapping, sampling and bookkeeping stay
     by sequence index. The proposer reads the same tables for its drafting forward.
     Applied by the AS-ARM model class when it is built (worker processes only).

@@ -7,7 +7,7 @@ Algorithm 2). vLLM carries the request; one engine step moves it by one block:
 
 1. vLLM's forward runs exactly one unit of rows: the prompt (prefill), then the block decoded
    in the previous step (its first token = vLLM's bonus token, the rest = this proposer's
-   drafts). Block-causal attention (``attention_backends/dllm_cpu.py``) makes those rows'
+   drafts). Block-causal attention (``attention_backends/dllm_plans.py``) makes those rows'
    K/V final: the paged cache holds the committed prefix, written once.
 2. ``observe_verification`` (the ``verification_hook`` patch, before vLLM samples) decides
    the next block: it runs the core's plan -> forward -> advance loop for every request of

@@ -270,9 +270,9 @@ class FakeRunnerBase:
         return self._draft_probs, self._draft_prob_req_ids
 
     def _build_attention_metadata(self, *args, **kwargs):
-        from vllm_anyorder.attention_backends import asarm_cpu
+        from vllm_anyorder.attention_backends import asarm_attention
 
-        return asarm_cpu.PROMPT_LENS.get()
+        return asarm_attention.PROMPT_LENS.get()
 
 
 @pytest.fixture
@@ -320,14 +320,14 @@ def test_draft_probs_patch_gives_padded_requests_a_zero_q_row(fake_runner_cls):
 
 
 def test_prompt_lengths_patch_scopes_the_batch_prompt_lengths(fake_runner_cls):
-    from vllm_anyorder.attention_backends import asarm_cpu
+    from vllm_anyorder.attention_backends import asarm_attention
 
-    patches.apply("asarm_prompt_lens", prompt_lens=asarm_cpu.PROMPT_LENS)
+    patches.apply("asarm_prompt_lens", prompt_lens=asarm_attention.PROMPT_LENS)
     lens = torch.tensor([3, 1])
     runner = fake_runner_cls()
     runner.input_batch = NS(num_prompt_tokens_cpu_tensor=lens)
     assert runner._build_attention_metadata() is lens
-    assert asarm_cpu.PROMPT_LENS.get() is None
+    assert asarm_attention.PROMPT_LENS.get() is None
 
 
 def _cm(query_lens, seq_lens):
@@ -343,7 +343,7 @@ def _cm(query_lens, seq_lens):
 
 
 def test_prompt_rows_bidirectional_later_rows_causal():
-    from vllm_anyorder.attention_backends.asarm_cpu import _prompt_bidirectional
+    from vllm_anyorder.attention_backends.asarm_attention import _prompt_bidirectional
 
     # all decoding: unchanged
     cm = _cm([1, 4], [9, 12])
@@ -369,7 +369,7 @@ def test_query_rows_skip_rows_that_would_predict_prompt_positions():
     """A query row predicts the next position: rows before the last prompt token would
     predict visible (prompt) tokens, so vLLM's forward plans query rows only from the last
     prompt token on; decoding rows all get one; the plan is causal over the cache."""
-    from vllm_anyorder.attention_backends.asarm_cpu import _query_rows
+    from vllm_anyorder.attention_backends.asarm_attention import _query_rows
 
     # whole prompt (5 of 5), verification (ctx 9, 4 rows), padded 1-token prompt (4 rows),
     # recompute of prompt 3 + 2 outputs

@@ -1,4 +1,4 @@
-"""The dLLM row plans (``attention_backends/dllm_cpu.py``): which cache blocks a node reads,
+"""The dLLM row plans (``attention_backends/dllm_plans.py``): which cache blocks a node reads,
 where its rows are written, and how its rows are grouped per block -- checked on a fake paged
 cache whose blocks hold their own ids, with the metadata builder stubbed out."""
 
@@ -7,7 +7,7 @@ import torch
 
 pytest.importorskip("vllm")
 
-from vllm_anyorder.attention_backends import dllm_cpu  # noqa: E402
+from vllm_anyorder.attention_backends import dllm_plans  # noqa: E402
 
 
 class _Builder:
@@ -17,7 +17,7 @@ class _Builder:
 
 @pytest.fixture(autouse=True)
 def _plain_metadata(monkeypatch):
-    monkeypatch.setattr(dllm_cpu, "build_metadata",
+    monkeypatch.setattr(dllm_plans, "build_metadata",
                         lambda b, q, s, t, slots, causal: dict(q=q, s=s, table=t, causal=causal))
 
 
@@ -30,8 +30,8 @@ def test_nodes_get_private_tails_and_shared_prefix_copies():
     bs, cache = 4, _cache()
     blocks = torch.tensor([7, 3, 9, 5, 0, 0])  # the request's physical blocks
     # prefix 10 rows (2 full blocks + 2 rows of block 9), window rows [10, 16) in two groups
-    job = dllm_cpu.NodeJob(blocks, 10, 16, nodes=2, cuts=(12, 16))
-    plan = dllm_cpu.scratch_plan(_Builder(), [job], [cache], bs)
+    job = dllm_plans.NodeJob(blocks, 10, 16, nodes=2, cuts=(12, 16))
+    plan = dllm_plans.scratch_plan(_Builder(), [job], [cache], bs)
     scratch = plan.caches[0]
     md = plan.metadata
     # scratch: [copy of 7, copy of 3] shared, then per node: [copy of 9, fresh, ...]
@@ -50,8 +50,8 @@ def test_nodes_get_private_tails_and_shared_prefix_copies():
 
 def test_block_aligned_prefix_copies_nothing_for_the_tail():
     bs, cache = 4, _cache()
-    job = dllm_cpu.NodeJob(torch.tensor([2, 6, 1]), 8, 12, nodes=1, cuts=(12,))
-    plan = dllm_cpu.scratch_plan(_Builder(), [job], [cache], bs)
+    job = dllm_plans.NodeJob(torch.tensor([2, 6, 1]), 8, 12, nodes=1, cuts=(12,))
+    plan = dllm_plans.scratch_plan(_Builder(), [job], [cache], bs)
     assert plan.caches[0].shape[0] == 3
     assert plan.caches[0][0].eq(2).all() and plan.caches[0][1].eq(6).all()
     assert plan.caches[0][2].eq(0).all()
@@ -59,8 +59,8 @@ def test_block_aligned_prefix_copies_nothing_for_the_tail():
 
 
 def test_repair_rows_go_to_the_real_slots_in_prompt_and_block_groups():
-    job = dllm_cpu.NodeJob(torch.tensor([4, 2, 8]), 0, 10, nodes=1, cuts=(3, 7, 10))
-    plan = dllm_cpu.repair_plan(_Builder(), [job], 4)
+    job = dllm_plans.NodeJob(torch.tensor([4, 2, 8]), 0, 10, nodes=1, cuts=(3, 7, 10))
+    plan = dllm_plans.repair_plan(_Builder(), [job], 4)
     assert plan.caches is None
     assert plan.slots.tolist() == [16, 17, 18, 19, 8, 9, 10, 11, 32, 33]
     assert plan.metadata["q"] == [3, 4, 3] and plan.metadata["s"] == [3, 7, 10]

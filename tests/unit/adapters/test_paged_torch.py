@@ -147,7 +147,7 @@ def test_padding_slots_are_never_written_and_rows_without_keys_are_zero():
     cache = torch.zeros(cache_shape(4, BS, KV_HEADS, D), device=DEVICE)
     k = torch.ones(3, KV_HEADS, D, device=DEVICE)
     write_kv(cache, k, 2 * k, torch.tensor([5, -1, 6], device=DEVICE))
-    written = (cache[0].reshape(-1, KV_HEADS, D) != 0).any(-1).any(-1).nonzero().flatten()
+    written = (cache.transpose(1, 2).reshape(-1, KV_HEADS * 2 * D) != 0).any(-1).nonzero().flatten()
     assert written.tolist() == [5, 6]
     q = torch.randn(2, HEADS, D, device=DEVICE)
     table = torch.tensor([[1, 0, 2, 3]], dtype=torch.int32, device=DEVICE)

@@ -42,6 +42,7 @@ def _dense(layer, pos_emb, q, k, v, allowed):
 @pytest.mark.parametrize("clamp_len", [-1, 3])
 def test_paged_relative_attention_equals_xlnet(clamp_len):
     from vllm_anyorder.attention_backends import xlnet_relative as rel
+    from vllm_anyorder.attention_backends.paged_torch import RowGroup, write_kv
 
     layer, pos_emb = _hf_layer(clamp_len)
     torch.manual_seed(1)
@@ -51,7 +52,7 @@ def test_paged_relative_attention_equals_xlnet(clamp_len):
     block_row = torch.tensor([[7, 2, 5, 0]])
     slots = torch.tensor([int(block_row[0, j // BS]) * BS + j % BS for j in range(s)])
     cache = torch.zeros(8, H, BS, 2 * D)
-    rel.write_kv(cache, k, v, slots)
+    write_kv(cache, k, v, slots)
     keys = rel.SlotPositions()
     keys.write(slots, torch.arange(s))
     scoring = rel.RelativeScoring(layer.r_w_bias.float(), layer.r_r_bias.float(),
@@ -59,9 +60,8 @@ def test_paged_relative_attention_equals_xlnet(clamp_len):
                                   D ** -0.5)
     # the AS-ARM builder's layout: the prompt rows as a bidirectional group, the rest causal
     metadata = SimpleNamespace(
-        query_start_loc=torch.tensor([0, prompt, s]), seq_lens=torch.tensor([prompt, s]),
-        block_table=block_row.repeat(2, 1), causal=False,
-        dynamic_causal=torch.tensor([0, 1], dtype=torch.int32))
+        groups=[RowGroup(0, 0, prompt, prompt, causal=False), RowGroup(1, prompt, s - prompt, s)],
+        block_table=block_row.repeat(2, 1))
     got = rel.paged_relative_attention(q, torch.arange(s), cache, metadata, keys, scoring)
     i, j = torch.arange(s)[:, None], torch.arange(s)[None, :]
     allowed = ((i < prompt) & (j < prompt)) | ((i >= prompt) & (j <= i))
@@ -70,9 +70,7 @@ def test_paged_relative_attention_equals_xlnet(clamp_len):
 
     # query rows (read only): row r predicts position prompt + r and sees keys [0, prompt + r)
     g = torch.randn(4, H, D)
-    prefix = SimpleNamespace(
-        query_start_loc=torch.tensor([0, 4]), seq_lens=torch.tensor([prompt + 4]),
-        block_table=block_row, causal=True, dynamic_causal=None)
+    prefix = SimpleNamespace(groups=[RowGroup(0, 0, 4, prompt + 4)], block_table=block_row)
     got_q = rel.paged_relative_attention(g, torch.arange(prompt, prompt + 4) + 1, cache,
                                          prefix, keys, scoring)
     q_full = torch.zeros(s, H, D)
@@ -87,9 +85,10 @@ def test_paged_relative_attention_equals_xlnet(clamp_len):
 
 def test_profiling_run_and_padding_slots():
     from vllm_anyorder.attention_backends import xlnet_relative as rel
+    from vllm_anyorder.attention_backends.paged_torch import write_kv
 
     cache = torch.zeros(2, H, BS, 2 * D)
-    rel.write_kv(cache, torch.ones(3, H, D), torch.ones(3, H, D), torch.tensor([-1, 1, -1]))
+    write_kv(cache, torch.ones(3, H, D), torch.ones(3, H, D), torch.tensor([-1, 1, -1]))
     assert int((cache.abs().sum((1, 3)) > 0).sum()) == 1
     keys = rel.SlotPositions()
     keys.write(torch.tensor([-1, 5]), torch.tensor([9, 4]))
