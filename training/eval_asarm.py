@@ -3,7 +3,7 @@
 Owns what the card reports about the saved bf16 weights, reloaded in fp32:
 
 * validation loss of the joint conditionals left to right and in random-subset orders, and of
-  the draft queries (``train_asarm.evaluate``, every validation window);
+  the draft queries (``train_asarm.evaluate``, passed in; every validation window);
 * ``core.assd`` greedy continuation on benchmark prompts: model calls per generated token for
   sequential decoding (k = 1: one query-stream forward per token) and for self-drafting
   (Algorithm 1) and context-bigram drafting (Algorithm 2) at several k, and whether the
@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from training.data import benchmark_prompts, read_manifest
-from training.model_card import _cpu_name, _dir_size
+from training.model_card import _cpu_name, _dir_size, code_pair
 from vllm_anyorder.core.assd import AssdSettings, generate
 from vllm_anyorder.model_executor.asarm import load
 
@@ -51,10 +51,9 @@ def assd_eval(model, tok, n_prompts: int = 16) -> dict:
     return {"prompts": n_prompts, "prompt_tokens": 48, "max_new": MAX_NEW, "rows": rows}
 
 
-def final_checks(path: Path, args, sets: dict, state: dict) -> None:
+def final_checks(path: Path, args, sets: dict, state: dict, evaluate) -> None:
+    """``evaluate(model, sets, bf16) -> dict``: the trainer's validation loss."""
     from transformers import AutoTokenizer
-
-    from training.train_asarm import evaluate
 
     t0 = time.time()
     model = load(path, torch.float32)
@@ -158,10 +157,4 @@ accepted = drafts kept per round that drafted more than one position. Seconds on
 
 ## Greedy sample (sequential)
 
-```python
-{prompt}```
-
-```python
-{text}
-```
-""")
+{code_pair(prompt, text)}""")

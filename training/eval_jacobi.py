@@ -42,6 +42,7 @@ import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from training.data import REPO_ROOT, benchmark_prompts  # noqa: E402
+from training.loop import add_run_args  # noqa: E402
 from vllm_anyorder.core.jacobi import JacobiSettings, JacobiState  # noqa: E402
 
 EOS_ID = 0
@@ -60,8 +61,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     a("--prompt-tokens", type=int, default=48)
     a("--new-tokens", type=int, default=128)
     a("--block", type=int, default=16)
-    a("--seed", type=int, default=0)
-    a("--threads", type=int, default=1)
+    add_run_args(ap)
     a("--methods", nargs="+", default=None, help="subset of the Jacobi methods (default: all)")
     return ap.parse_args(argv)
 

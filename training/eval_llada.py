@@ -2,7 +2,8 @@
 
 Owns what the card reports about the saved bf16 weights, reloaded in fp32:
 
-* validation loss per row kind (``train_llada.evaluate``, every validation window);
+* validation loss per row kind (``train_llada.evaluate``, passed in; every validation
+  window);
 * one greedy block-decoding sample (``vllm_anyorder.core.dllm.generate``, ``stepwise``);
 * tokens per forward of ``stepwise`` / ``ssd`` (N drafted steps) / ``freedave`` (d drafted
   steps) in the engine-free core on benchmark prompts, with the fraction of outputs equal to
@@ -19,7 +20,7 @@ from pathlib import Path
 import torch
 
 from training.data import benchmark_prompts, read_manifest
-from training.model_card import _cpu_name, _dir_size
+from training.model_card import _cpu_name, _dir_size, code_pair
 from vllm_anyorder.core.dllm import generate
 from vllm_anyorder.core.dllm_blocks import DllmSettings
 from vllm_anyorder.model_executor.llada import LLaDAModel
@@ -62,9 +63,8 @@ def sample(model, tok) -> tuple[str, str]:
     return prompt, tok.decode(generate(model, [tok.encode(prompt)], s)[0].tokens)
 
 
-def final_checks(path: Path, args, val, state: dict) -> None:
-    from training.train_llada import evaluate
-
+def final_checks(path: Path, args, val, state: dict, evaluate) -> None:
+    """``evaluate(model, val, bf16) -> dict``: the trainer's validation loss."""
     t0 = time.time()
     model = LLaDAModel.from_pretrained(path, dtype=torch.float32)
     tok = _tokenizer(args.tokenizer)  # not path: its config.json names remote code
@@ -173,10 +173,4 @@ for a request (all its nodes); seconds are for the 16 prompts in lock-step on th
 
 First benchmark prompt, then the `stepwise` output above (block length 32):
 
-```python
-{prompt}```
-
-```python
-{text}
-```
-""")
+{code_pair(prompt, text)}""")

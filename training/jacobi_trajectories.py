@@ -49,6 +49,7 @@ import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from training.data import REPO_ROOT  # noqa: E402
+from training.loop import add_run_args  # noqa: E402
 
 EOS_ID = 0
 FORMAT = 1
@@ -66,8 +67,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     a("--max-prompt", type=int, default=64)
     a("--block", type=int, default=16, help="n: positions per Jacobi block")
     a("--blocks", type=int, default=8, help="blocks per context (new tokens = blocks * block)")
-    a("--seed", type=int, default=0)
-    a("--threads", type=int, default=1)
+    add_run_args(ap)
     args = ap.parse_args(argv)
     if args.contexts % args.batch:
         ap.error("--contexts must be a multiple of --batch")
@@ -178,7 +178,7 @@ def main(argv=None) -> None:
     torch.set_num_interop_threads(args.threads)
     from transformers import LlamaForCausalLM
 
-    from training.train_ar import token_stream
+    from training.windows import token_stream
 
     config = config_of(args)
     data = load_existing(args.out, config)

@@ -24,6 +24,11 @@ def _dir_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.iterdir() if p.is_file())
 
 
+def code_pair(prompt: str, text: str) -> str:
+    """A card's closing sample: the prompt and the model's text as two Python code blocks."""
+    return f"```python\n{prompt}```\n\n```python\n{text}\n```\n"
+
+
 def greedy_sample(model, tok_dir: Path, max_new_tokens: int = 64) -> tuple[str, str]:
     """(prompt, greedy continuation) for the first benchmark prompt."""
     from transformers import AutoTokenizer
@@ -116,13 +121,7 @@ whole directory {_dir_size(out) / 1e6:.2f} MB.
 
 Prompt (first benchmark prompt, 48 tokens max), then 64 greedy tokens:
 
-```python
-{prompt}```
-
-```python
-{sample}
-```
-"""
+{code_pair(prompt, sample)}"""
     (out / "MODEL_CARD.md").write_text(text)
 
 
@@ -257,11 +256,5 @@ per step; the engine's `vllm_anyorder.core.specdiff.draft`):
 
 First benchmark prompt (48 tokens max), then 16 drafted tokens in 8 steps:
 
-```python
-{prompt}```
-
-```python
-{sample}
-```
-"""
+{code_pair(prompt, sample)}"""
     (out / "MODEL_CARD.md").write_text(text)

@@ -34,11 +34,7 @@ random orders, and ``core.assd`` tokens per forward on benchmark prompts, in the
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import shlex
-import shutil
 import sys
 from pathlib import Path
 
@@ -50,23 +46,17 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from training import loop  # noqa: E402
-from training.data import DEFAULT_TOKENIZER, REPO_ROOT  # noqa: E402
-from training.train_ar import _rel, token_stream  # noqa: E402
+from training.windows import (  # noqa: E402
+    random_windows, spread, step_generator, strided_windows)
 from vllm_anyorder.model_executor.asarm import AsArmConfig, random_asarm, rotary  # noqa: E402
 
 EOS_ID, PAD_ID = 0, 1
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_args(argv=None):
+    ap = loop.parser(__doc__, "asarm")
     a = ap.add_argument
-    a("--out", type=Path, default=REPO_ROOT / "models" / "asarm")
-    a("--tokenizer", type=Path, default=DEFAULT_TOKENIZER)
-    a("--ckpt-dir", type=Path, default=None, help="default training/checkpoints/<out name>")
-    a("--hidden", type=int, default=256)
-    a("--layers", type=int, default=4)
-    a("--heads", type=int, default=4)
-    a("--intermediate", type=int, default=768)
+    loop.add_size_args(ap)
     a("--length", type=int, default=128, help="window length N")
     a("--subset-frac", type=float, default=0.4, help="rows with a random-subset prompt")
     a("--min-prompt", type=int, default=4)
@@ -75,17 +65,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     a("--max-subset", type=float, default=0.9)
     a("--draft-span", type=int, default=5, help="draft queries reach 1..span-1 ranks ahead")
     a("--draft-weight", type=float, default=0.5)
-    a("--batch-size", type=int, default=8)
-    a("--eval-windows", type=int, default=48)
-    a("--eval-only", type=Path, default=None, help="only evaluate this saved model")
-    loop.add_loop_args(ap)
-    args = ap.parse_args(argv)
-    if args.eval_only is None and args.minutes is None and args.max_steps is None:
-        ap.error("give --minutes and/or --max-steps")
-    if args.hidden % args.heads or args.hidden // args.heads < 32:
-        ap.error("hidden/heads must divide into head_dim >= 32 (vLLM CPU attention)")
-    args.ckpt_dir = args.ckpt_dir or REPO_ROOT / "training" / "checkpoints" / args.out.name
-    return args
+    return loop.parse_model_trainer(ap, argv, eval_windows=48)
 
 
 def build_model(args):
@@ -188,19 +168,14 @@ def losses(model, batch, bf16: bool):
 
 
 def sample_batch(stream, args, step: int):
-    gen = torch.Generator().manual_seed(args.seed * 1_000_003 + step)
-    starts = torch.randint(0, len(stream) - args.length, (args.batch_size,), generator=gen)
-    x = torch.stack([stream[s:s + args.length] for s in starts.tolist()]).long()
-    return corrupt(x, gen, args)
+    gen = step_generator(args.seed, step)
+    return corrupt(random_windows(stream, args.length, args.batch_size, gen), gen, args)
 
 
 def val_sets(stream, args, limit: int | None = None, batch_size: int = 16) -> dict:
     """Validation windows with fixed orders (seed 1234): ``l2r`` = 16-token prompt then left
     to right, ``random`` = the paper's random-subset prompts (training's subset rows)."""
-    n = len(stream) // args.length
-    x = stream[: n * args.length].view(n, args.length).long()
-    if limit is not None and limit < n:
-        x = x[torch.linspace(0, n - 1, limit).long()]
+    x = spread(strided_windows(stream, args.length), limit)
     out = {}
     for name, subset, plen in (("l2r", False, 16), ("random", True, None)):
         gen = torch.Generator().manual_seed(1234)
@@ -227,52 +202,20 @@ def evaluate(model, sets: dict, bf16: bool) -> dict:
     return out
 
 
+def step_loss(model, train, args, step: int, bf16: bool):
+    batch = sample_batch(train, args, step)
+    ce, weight, target, _ = losses(model, batch, bf16)
+    return (ce * weight).sum() / len(weight), {
+        "tokens_seen": batch[0].numel(), "query_rows_seen": int((target >= 0).sum())}
+
+
 def main(argv=None) -> None:
     from training.eval_asarm import final_checks
 
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
-    torch.set_num_interop_threads(args.threads)
-    torch.manual_seed(args.seed)
-    bf16 = not args.no_bf16
-    val_stream = token_stream("validation", args.tokenizer)
-    if args.eval_only is not None:
-        state = {}
-        final_checks(args.eval_only, args, val_sets(val_stream, args), state)
-        return
-    train = token_stream("train", args.tokenizer)
-    model = build_model(args)
-    periodic = val_sets(val_stream, args, limit=args.eval_windows)
-    opt = loop.make_optimizer(model, args)
-    ckpt_path = args.ckpt_dir / "last.pt"
-    state = {"step": 0, "elapsed_s": 0.0, "tokens_seen": 0, "query_rows_seen": 0,
-             "train_loss": None, "evals": [], "train_tokens": len(train),
-             "val_tokens": len(val_stream), "args": {k: _rel(v) for k, v in vars(args).items()},
-             "command": "python -m training.train_asarm " + shlex.join(sys.argv[1:])}
-    if args.resume:
-        loop.resume(ckpt_path, model, opt, state)
-    n_params = sum(p.numel() for p in model.parameters())
-    print(f"model {n_params / 1e6:.2f}M params; train {len(train)} tokens; bf16 autocast={bf16}")
-
-    def step_loss(step):
-        batch = sample_batch(train, args, step)
-        ce, weight, target, _ = losses(model, batch, bf16)
-        return (ce * weight).sum() / len(weight), {
-            "tokens_seen": batch[0].numel(), "query_rows_seen": int((target >= 0).sum())}
-
-    if not loop.train(args, model, opt, state, ckpt_path, step_loss,
-                      lambda: evaluate(model, periodic, bf16)):
-        return
-    model.to(torch.bfloat16).eval().save_pretrained(args.out)
-    cfg_path = args.out / "config.json"  # asarm writes torch_dtype float32 whatever it holds
-    cfg = json.loads(cfg_path.read_text())
-    cfg["torch_dtype"] = "bfloat16"
-    cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
-    os.chmod(args.out / "model.safetensors", 0o644)
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        shutil.copy(args.tokenizer / name, args.out / name)
-    final_checks(args.out, args, val_sets(val_stream, args), state)
-    print(f"saved {args.out}")
+    # asarm's save_pretrained writes torch_dtype float32 whatever it holds
+    loop.train_then_check(args, "train_asarm", build_model, val_sets, step_loss, evaluate,
+                          final_checks, counter="query_rows_seen", bf16_config={"indent": 2})
 
 
 if __name__ == "__main__":

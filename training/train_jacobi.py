@@ -39,8 +39,8 @@ Not implemented: the second round on trajectories regenerated from the distilled
 with larger blocks ("Progressive Distillation for Larger Block Sizes"), EOS handling
 (EOS is an ordinary token inside the 128 generated tokens here).
 
-Everything else follows ``training.train_ar``: seeded (batches depend only on
-(seed, step)), AdamW + warmup + cosine over ``--minutes``/``--max-steps``, one thread,
+Everything else follows ``training.train_ar`` (``training.loop``): seeded (batches depend
+only on (seed, step)), AdamW + warmup + cosine over ``--minutes``/``--max-steps``, one thread,
 tqdm, validation AR loss (and held-out consistency metrics) every ``--eval-every``
 steps, checkpoints in ``training/checkpoints/<out name>/last.pt`` every
 ``--ckpt-every`` minutes, on Ctrl-C and at the end (``--resume``). The result is saved
@@ -50,11 +50,9 @@ with ``training_log.json`` and ``MODEL_CARD.md``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
-import shlex
 import shutil
 import sys
 import time
@@ -66,24 +64,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from tqdm import tqdm  # noqa: E402
 
+from training import loop  # noqa: E402
 from training.data import REPO_ROOT  # noqa: E402
-from training.train_ar import (  # noqa: E402
-    _rel, evaluate, lr_at, save_checkpoint, token_stream, val_windows)
+from training.loop import rel  # noqa: E402
+from training.train_ar import evaluate, lm_loss, val_windows  # noqa: E402
+from training.windows import random_windows, spread, step_generator, token_stream  # noqa: E402
 
 PAD_ID = 1
 PROMPT, NOISY, CLEAN, PAD = 0, 1, 2, 3
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_args(argv=None):
+    ap = loop.parser(__doc__, "ar-target-jacobi", tokenizer=False)
     a = ap.add_argument
     a("--base", type=Path, default=REPO_ROOT / "models" / "ar-target")
-    a("--out", type=Path, default=REPO_ROOT / "models" / "ar-target-jacobi")
     a("--traj", type=Path, default=REPO_ROOT / "training" / "checkpoints"
       / "jacobi-trajectories" / "traj_n16.pt")
-    a("--ckpt-dir", type=Path, default=None, help="default training/checkpoints/<out name>")
     a("--window", type=int, default=8, help="w: blocks per noise-schedule window (Eq. 7)")
     a("--phase", choices=("random", "fixed"), default="random")
     a("--batch-size", type=int, default=8, help="packed trajectory sequences per step")
@@ -96,26 +93,10 @@ def parse_args(argv=None) -> argparse.Namespace:
       help="self: the trained model's clean-context logits, detached (Eq. 8, theta- = "
            "stopgrad(theta)); frozen: the base model's (a fixed copy)")
     a("--val-contexts", type=int, default=32, help="trajectory contexts held out")
-    a("--lr", type=float, default=1e-3)
-    a("--min-lr-ratio", type=float, default=0.1)
-    a("--warmup", type=int, default=100)
-    a("--weight-decay", type=float, default=0.1)
-    a("--grad-clip", type=float, default=1.0)
-    a("--minutes", type=float, default=None)
-    a("--max-steps", type=int, default=None)
-    a("--eval-every", type=int, default=100)
-    a("--eval-windows", type=int, default=48)
-    a("--ckpt-every", type=float, default=3.0)
-    a("--seed", type=int, default=0)
-    a("--threads", type=int, default=1)
-    a("--no-bf16", action="store_true")
-    a("--resume", action="store_true")
+    loop.add_loop_args(ap, eval_every=100, eval_windows=48, lr=1e-3)
     a("--card-only", action="store_true",
       help="rewrite MODEL_CARD.md of --out from its training_log.json (no training)")
-    args = ap.parse_args(argv)
-    if args.minutes is None and args.max_steps is None and not args.card_only:
-        ap.error("give --minutes and/or --max-steps")
-    args.ckpt_dir = args.ckpt_dir or REPO_ROOT / "training" / "checkpoints" / args.out.name
+    args = loop.parse(ap, argv, no_budget_with="card_only")
     args.tokenizer = args.base
     return args
 
@@ -238,7 +219,7 @@ def noisy_context(packs: list[dict], tokens: torch.Tensor, n: int) -> torch.Tens
 
 
 def make_batch(samples: list[dict], args, step: int, n: int):
-    g = torch.Generator().manual_seed(args.seed * 1_000_003 + step)
+    g = step_generator(args.seed, step)
     idx = torch.randint(len(samples), (args.batch_size,), generator=g).tolist()
     packs = []
     for i in idx:
@@ -248,9 +229,8 @@ def make_batch(samples: list[dict], args, step: int, n: int):
 
 
 def real_batch(stream: torch.Tensor, args, step: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(args.seed * 1_000_003 + step + 7_777_777)
-    starts = torch.randint(0, len(stream) - args.seq_len - 1, (args.ar_batch,), generator=g)
-    return torch.stack([stream[s:s + args.seq_len + 1] for s in starts.tolist()]).long()
+    return random_windows(stream, args.seq_len + 1, args.ar_batch,
+                          step_generator(args.seed, step, offset=7_777_777))
 
 
 # ----------------------------------------------------------------------------- losses
@@ -306,12 +286,6 @@ def packed_losses(model, packs: list[dict], n: int, bf16: bool, teacher=None):
     return l_pc, ce_sum, ce_cnt, metrics
 
 
-def real_ce(model, batch: torch.Tensor, bf16: bool):
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        logits = model(input_ids=batch[:, :-1]).logits
-    return F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten(), reduction="sum")
-
-
 @torch.no_grad()
 def consistency_eval(model, samples: list[dict], args, n: int, bf16: bool) -> dict:
     """Held-out contexts, paper schedule (phase 0, first closest point): L_pc, KL on rows
@@ -337,7 +311,7 @@ def consistency_eval(model, samples: list[dict], args, n: int, bf16: bool) -> di
 # ----------------------------------------------------------------------------- save
 def card_text(args, state: dict) -> tuple[str, str, str]:
     ti = state["trajectories"]
-    intro = (f"`{_rel(args.base)}` after **progressive consistency distillation** (pcLLM / Jacobi "
+    intro = (f"`{rel(args.base)}` after **progressive consistency distillation** (pcLLM / Jacobi "
              f"Forcing, Sec. 3.1)\non its own Jacobi trajectories: the same Llama, fine-tuned so "
              f"that Jacobi decoding of blocks\nof {ti['block']} tokens converges in fewer "
              f"iterations. It is a different model from ar-target (its greedy\noutput differs); "
@@ -345,7 +319,7 @@ def card_text(args, state: dict) -> tuple[str, str, str]:
     base = state["base_val_loss"]
     teacher = ("the same forward's logits at the clean twin (stop-gradient, theta- of Eq. 8)"
                if args.teacher == "self" else "the frozen base model on the clean text")
-    training = f"""Starts from `{_rel(args.base)}` (validation loss {base:.4f} nats/token, same evaluation).
+    training = f"""Starts from `{rel(args.base)}` (validation loss {base:.4f} nats/token, same evaluation).
 
 Trajectories (`training/jacobi_trajectories.py`): {ti['contexts']} train-split contexts of
 {ti['min_prompt']}-{ti['max_prompt']} tokens (after a newline, no EOS), {ti['blocks']} blocks of n = {ti['block']}
@@ -425,13 +399,7 @@ def save_final(model, args, state: dict) -> None:
     model = model.to(torch.bfloat16)
     model.config.use_cache = True  # turned off for training only
     model.save_pretrained(args.out, safe_serialization=True)
-    os.chmod(args.out / "model.safetensors", 0o644)
-    config_path = args.out / "config.json"
-    config = json.loads(config_path.read_text())
-    config["torch_dtype"] = "bfloat16"
-    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        shutil.copy(args.base / name, args.out / name)
+    loop.save_files(args.out, args.base, bf16_config={"indent": 2, "sort_keys": True})
     if not (args.out / "generation_config.json").exists():
         shutil.copy(args.base / "generation_config.json", args.out / "generation_config.json")
     (args.out / "training_log.json").write_text(json.dumps(state, indent=1) + "\n")
@@ -441,10 +409,7 @@ def save_final(model, args, state: dict) -> None:
 # ----------------------------------------------------------------------------- main
 def main(argv=None) -> None:
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
-    torch.set_num_interop_threads(args.threads)
-    torch.manual_seed(args.seed)
-    bf16 = not args.no_bf16
+    bf16 = loop.setup(args)
     from transformers import LlamaForCausalLM
 
     if args.card_only:
@@ -458,31 +423,19 @@ def main(argv=None) -> None:
     n = traj_info["block"]
     stream = token_stream("train", args.tokenizer)
     val = val_windows(token_stream("validation", args.tokenizer), args.seq_len)
-    periodic = val[torch.linspace(0, len(val) - 1, min(args.eval_windows, len(val))).long()]
+    periodic = spread(val, args.eval_windows)
     model = LlamaForCausalLM.from_pretrained(str(args.base), dtype=torch.float32)
     model.config.use_cache = False
     teacher = None
     if args.teacher == "frozen":
         teacher = LlamaForCausalLM.from_pretrained(str(args.base), dtype=torch.float32).eval()
         teacher.requires_grad_(False)
-    decay = [p for _, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for _, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.95), fused=False)
+    opt = loop.make_optimizer(model, args)
     ckpt_path = args.ckpt_dir / "last.pt"
-    state = {"step": 0, "elapsed_s": 0.0, "tokens_seen": 0, "train_loss": None, "l_pc": None,
-             "l_ar": None, "evals": [], "train_tokens": len(stream),
-             "val_tokens": int(val[:, 1:].numel()), "trajectories": traj_info,
-             "args": {k: _rel(v) for k, v in vars(args).items()},
-             "command": "python -m training.train_jacobi " + shlex.join(sys.argv[1:])}
-    if args.resume and ckpt_path.exists():
-        ckpt = torch.load(ckpt_path, weights_only=False)
-        model.load_state_dict(ckpt.pop("model"))
-        opt.load_state_dict(ckpt.pop("optim"))
-        state.update({k: v for k, v in ckpt.items() if k != "args"})
-        print(f"resumed from {ckpt_path} at step {state['step']} ({state['elapsed_s']:.0f}s)")
-    else:
+    state = loop.new_state(args, "train_jacobi", train_loss=None, l_pc=None, l_ar=None, evals=[],
+                           train_tokens=len(stream), val_tokens=int(val[:, 1:].numel()),
+                           trajectories=traj_info)
+    if not (args.resume and loop.resume(ckpt_path, model, opt, state, first_command=True)):
         t0 = time.time()
         state["base_val_loss"] = evaluate(model, val, bf16)
         base_c = consistency_eval(model, val_samples, args, n, bf16)
@@ -494,68 +447,32 @@ def main(argv=None) -> None:
           f"n={n}, window={args.window}, phase={args.phase}; bf16 autocast={bf16}; "
           f"threads={args.threads}")
 
-    budget_s = args.minutes * 60 if args.minutes else math.inf
-    max_steps = args.max_steps or math.inf
+    def step_loss(step):
+        packs = make_batch(train_samples, args, step, n)
+        l_pc, ce_sum, ce_cnt, met = packed_losses(model, packs, n, bf16, teacher)
+        real = real_batch(stream, args, step) if args.ar_batch else None
+        if real is not None:
+            ce_sum = ce_sum + lm_loss(model, real, bf16, reduction="sum")
+            ce_cnt += real[:, 1:].numel()
+        l_ar = ce_sum / ce_cnt
+        l_fp = met["fp_ce"]
+        loss = l_pc + args.ar_weight * l_ar + args.fp_weight * l_fp
+        return loss, {"tokens_seen": ce_cnt}, {
+            "l_pc": l_pc.item(), "l_ar": l_ar.item(), "l_fp": l_fp.item()}
 
-    def progress() -> float:
-        return max(state["step"] / max_steps, state["elapsed_s"] / budget_s)
+    def periodic_eval() -> dict:
+        c = consistency_eval(model, val_samples, args, n, bf16)
+        return {**{k: round(state[k], 4) for k in ("l_pc", "l_ar", "l_fp")},
+                "val_loss": round(evaluate(model, periodic, bf16), 4),
+                **{k: round(v, 4) for k, v in c.items()}}
 
-    bar = tqdm(total=args.max_steps, initial=state["step"], mininterval=10, dynamic_ncols=True)
-    t_last, t_ckpt = time.time(), time.time()
-    ema = lambda old, new: new if old is None else 0.98 * old + 0.02 * new  # noqa: E731
-    model.train()
-    try:
-        while progress() < 1.0:
-            step = state["step"]
-            lr = lr_at(args, step, progress())
-            for group in opt.param_groups:
-                group["lr"] = lr
-            packs = make_batch(train_samples, args, step, n)
-            l_pc, ce_sum, ce_cnt, met = packed_losses(model, packs, n, bf16, teacher)
-            real = real_batch(stream, args, step) if args.ar_batch else None
-            if real is not None:
-                ce_sum = ce_sum + real_ce(model, real, bf16)
-                ce_cnt += real[:, 1:].numel()
-            l_ar = ce_sum / ce_cnt
-            l_fp = met["fp_ce"]
-            loss = l_pc + args.ar_weight * l_ar + args.fp_weight * l_fp
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            state.update(step=step + 1, tokens_seen=state["tokens_seen"] + ce_cnt,
-                         train_loss=ema(state["train_loss"], loss.item()),
-                         l_pc=ema(state["l_pc"], l_pc.item()), l_ar=ema(state["l_ar"], l_ar.item()),
-                         l_fp=ema(state.get("l_fp"), l_fp.item()))
-            if state["step"] % args.eval_every == 0:
-                state["elapsed_s"] += time.time() - t_last
-                t_last = time.time()
-                c = consistency_eval(model, val_samples, args, n, bf16)
-                state["evals"].append({"step": state["step"], "tokens": state["tokens_seen"],
-                                       "elapsed_s": round(state["elapsed_s"], 1),
-                                       "train_loss": round(state["train_loss"], 4),
-                                       "l_pc": round(state["l_pc"], 4),
-                                       "l_ar": round(state["l_ar"], 4),
-                                       "l_fp": round(state["l_fp"], 4),
-                                       "val_loss": round(evaluate(model, periodic, bf16), 4),
-                                       **{k: round(v, 4) for k, v in c.items()}})
-                tqdm.write(json.dumps(state["evals"][-1]))
-            now = time.time()
-            state["elapsed_s"] += now - t_last
-            t_last = now
-            bar.update(1)
-            bar.set_postfix(l_pc=f"{state['l_pc']:.3f}", l_ar=f"{state['l_ar']:.3f}",
-                            l_fp=f"{state['l_fp']:.3f}",
-                            lr=f"{lr:.2e}", done=f"{progress():.0%}", refresh=False)
-            if now - t_ckpt > args.ckpt_every * 60:
-                save_checkpoint(ckpt_path, model, opt, state)
-                t_ckpt = time.time()
-    except KeyboardInterrupt:
-        save_checkpoint(ckpt_path, model, opt, state)
-        print(f"\ninterrupted; checkpoint at step {state['step']} -> {ckpt_path} (use --resume)")
+    def losses_on_bar(items: dict) -> dict:
+        return {**{k: f"{state[k]:.3f}" for k in ("l_pc", "l_ar", "l_fp")},
+                "lr": items["lr"], "done": items["done"]}
+
+    if not loop.train(args, model, opt, state, ckpt_path, step_loss, periodic_eval,
+                      postfix=losses_on_bar, report=False):
         return
-    bar.close()
-    save_checkpoint(ckpt_path, model, opt, state)
     t0 = time.time()
     model = model.to(torch.bfloat16).float()  # evaluate the weights that get saved
     state["final_val_loss"] = evaluate(model, val, bf16)

@@ -30,22 +30,18 @@ the rare low-t rows with one or two masks, adding variance without helping draft
 high mask rates that decoding starts from (``--weighting row``, each row's masked mean, which
 is the ELBO weighting's effect in expectation, trained no faster in a 1000-step ablation).
 
-Data, schedule, checkpoints and budgets follow ``training.train_ar``: seeded batches that
-depend only on (seed, step), AdamW with warmup + cosine ending when the first of
-``--minutes`` / ``--max-steps`` runs out, ``training/checkpoints/<name>/last.pt`` every
-``--ckpt-every`` minutes, on Ctrl-C and at the end (``--resume``). At the end the bf16 model is
-saved, reloaded from disk and evaluated: validation loss on every validation window and
-greedy drafting accuracy (``--eval-only DIR`` runs just those checks on a saved drafter).
+Data, schedule, checkpoints and budgets as in ``training.train_ar`` (``training.loop``):
+seeded batches that depend only on (seed, step), AdamW with warmup + cosine ending when the
+first of ``--minutes`` / ``--max-steps`` runs out, ``training/checkpoints/<name>/last.pt``
+every ``--ckpt-every`` minutes, on Ctrl-C and at the end (``--resume``). At the end the bf16
+model is saved, reloaded from disk and evaluated: validation loss on every validation window
+and greedy drafting accuracy (``--eval-only DIR`` runs just those checks on a saved drafter).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import math
 import os
-import shlex
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -56,22 +52,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from tqdm import tqdm  # noqa: E402
 
-from training.data import DEFAULT_TOKENIZER, REPO_ROOT  # noqa: E402
-from training.train_ar import _rel, lr_at, save_checkpoint, token_stream  # noqa: E402
+from training import loop  # noqa: E402
+from training.data import REPO_ROOT  # noqa: E402
+from training.windows import (  # noqa: E402
+    random_windows, spread, step_generator, strided_windows, token_stream)
 from vllm_anyorder.model_executor.masked_diffusion import (  # noqa: E402
     load_drafter, mdlm_spec, random_drafter, save_drafter)
 
 NOISE_EPS = 1e-3
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_args(argv=None):
+    ap = loop.parser(__doc__, "mdlm-drafter")
     a = ap.add_argument
-    a("--out", type=Path, default=REPO_ROOT / "models" / "mdlm-drafter")
-    a("--tokenizer", type=Path, default=DEFAULT_TOKENIZER)
-    a("--ckpt-dir", type=Path, default=None, help="default training/checkpoints/<out name>")
     a("--hidden", type=int, default=128)
     a("--cond-dim", type=int, default=64)
     a("--blocks", type=int, default=4)
@@ -85,31 +79,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     a("--weighting", choices=("token", "row"), default="token",
       help="loss: mean over masked tokens, or mean over rows of each row's masked mean")
     a("--batch-size", type=int, default=8)
-    a("--lr", type=float, default=2e-3)
-    a("--min-lr-ratio", type=float, default=0.1)
-    a("--warmup", type=int, default=100)
-    a("--weight-decay", type=float, default=0.1)
-    a("--grad-clip", type=float, default=1.0)
-    a("--minutes", type=float, default=None, help="wall-clock budget (training + evals)")
-    a("--max-steps", type=int, default=None)
-    a("--eval-every", type=int, default=500)
-    a("--eval-windows", type=int, default=96, help="validation windows per periodic eval")
     a("--draft-windows", type=int, default=256, help="contexts for the drafting check")
-    a("--ckpt-every", type=float, default=3.0, help="minutes between checkpoints")
-    a("--seed", type=int, default=0)
-    a("--threads", type=int, default=1)
-    a("--no-bf16", action="store_true", help="train in fp32 instead of bf16 autocast")
-    a("--resume", action="store_true")
     a("--eval-only", type=Path, default=None, help="only evaluate this saved drafter")
-    args = ap.parse_args(argv)
-    if args.eval_only is None and args.minutes is None and args.max_steps is None:
-        ap.error("give --minutes and/or --max-steps")
+    loop.add_loop_args(ap, eval_every=500, eval_windows=96)
+    args = loop.parse(ap, argv, no_budget_with="eval_only")
     head_dim = args.hidden // args.heads
     if head_dim * args.heads != args.hidden or head_dim < 32 or head_dim % 2:
         ap.error(f"hidden/heads must divide into an even head_dim >= 32, got {args.hidden}/{args.heads}")
     if not 1 <= args.min_suffix <= args.max_suffix < args.max_length - 8:
         ap.error("need 1 <= --min-suffix <= --max-suffix < --max-length - 8")
-    args.ckpt_dir = args.ckpt_dir or REPO_ROOT / "training" / "checkpoints" / args.out.name
     return args
 
 
@@ -165,18 +143,14 @@ def train_loss(model, x, noisy, masked, key_mask, bf16: bool, weighting: str):
 
 
 def sample_batch(stream, args, step: int, mask_id: int):
-    gen = torch.Generator().manual_seed(args.seed * 1_000_003 + step)
-    starts = torch.randint(0, len(stream) - args.max_length, (args.batch_size,), generator=gen)
-    x = torch.stack([stream[s:s + args.max_length] for s in starts.tolist()]).long()
+    gen = step_generator(args.seed, step)
+    x = random_windows(stream, args.max_length, args.batch_size, gen)
     return (x, *corrupt(x, gen, args, mask_id))
 
 
 def val_set(stream, args, mask_id: int, limit: int | None = None):
     """Non-overlapping validation windows with a fixed corruption (seed 1234)."""
-    n = len(stream) // args.max_length
-    x = stream[: n * args.max_length].view(n, args.max_length).long()
-    if limit is not None and limit < n:
-        x = x[torch.linspace(0, n - 1, limit).long()]
+    x = spread(strided_windows(stream, args.max_length), limit)
     return (x, *corrupt(x, torch.Generator().manual_seed(1234), args, mask_id))
 
 
@@ -258,8 +232,7 @@ def save_final(model, args, state: dict, val_stream) -> None:
     from training.model_card import write_drafter_card
 
     save_drafter(model.to(torch.bfloat16).eval(), args.out)
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        shutil.copy(args.tokenizer / name, args.out / name)
+    loop.copy_tokenizer(args.tokenizer, args.out)
     final_checks(args.out, args, val_stream, state)
     (args.out / "training_log.json").write_text(json.dumps(state, indent=1) + "\n")
     write_drafter_card(args, load_drafter(args.out), state)
@@ -267,10 +240,7 @@ def save_final(model, args, state: dict, val_stream) -> None:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
-    torch.set_num_interop_threads(args.threads)
-    torch.manual_seed(args.seed)
-    bf16 = not args.no_bf16
+    bf16 = loop.setup(args)
     val_stream = token_stream("validation", args.tokenizer)
     if args.eval_only is not None:
         state: dict = {}
@@ -282,77 +252,30 @@ def main(argv=None) -> None:
     model = build_model(args, vocab)
     mask_id = model.spec.mask_token_id
     periodic = val_set(val_stream, args, mask_id, limit=args.eval_windows)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.95), fused=False)
+    opt = loop.make_optimizer(model, args)
     ckpt_path = args.ckpt_dir / "last.pt"
-    state = {"step": 0, "elapsed_s": 0.0, "tokens_seen": 0, "masked_tokens_seen": 0,
-             "train_loss": None, "evals": [], "train_tokens": len(train),
-             "val_tokens": len(val_stream), "args": {k: _rel(v) for k, v in vars(args).items()},
-             "command": "python -m training.train_mdlm " + shlex.join(sys.argv[1:])}
-    if args.resume and ckpt_path.exists():
-        ckpt = torch.load(ckpt_path, weights_only=False)
-        model.load_state_dict(ckpt.pop("model"))
-        opt.load_state_dict(ckpt.pop("optim"))
-        state.update({k: v for k, v in ckpt.items() if k not in ("args", "command")})
-        print(f"resumed from {ckpt_path} at step {state['step']} ({state['elapsed_s']:.0f}s)")
+    state = loop.new_state(args, "train_mdlm", masked_tokens_seen=0, train_loss=None, evals=[],
+                           train_tokens=len(train), val_tokens=len(val_stream))
+    if args.resume:
+        loop.resume(ckpt_path, model, opt, state)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model {n_params / 1e6:.2f}M params (vocab {model.spec.vocab_size}, mask id {mask_id}); "
           f"train {len(train)} tokens; bf16 autocast={bf16}; threads={args.threads}")
 
-    budget_s = args.minutes * 60 if args.minutes else math.inf
-    max_steps = args.max_steps or math.inf
+    def step_loss(step):
+        x, noisy, masked, key_mask, _ = sample_batch(train, args, step, mask_id)
+        loss = train_loss(model, x, noisy, masked, key_mask, bf16, args.weighting)
+        return loss, {"tokens_seen": int(key_mask.sum()), "masked_tokens_seen": int(masked.sum())}
 
-    def progress() -> float:
-        return max(state["step"] / max_steps, state["elapsed_s"] / budget_s)
+    def periodic_eval() -> dict:
+        v = evaluate(model, periodic, bf16)
+        return {"val_loss": v["all"], "val_suffix": v["suffix"], "val_full": v["full"]}
 
-    bar = tqdm(total=args.max_steps, initial=state["step"], mininterval=10, dynamic_ncols=True)
-    t_last, t_ckpt, ema = time.time(), time.time(), state["train_loss"]
-    model.train()
-    try:
-        while progress() < 1.0:
-            step = state["step"]
-            lr = lr_at(args, step, progress())
-            for group in opt.param_groups:
-                group["lr"] = lr
-            x, noisy, masked, key_mask, _ = sample_batch(train, args, step, mask_id)
-            loss = train_loss(model, x, noisy, masked, key_mask, bf16, args.weighting)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
-            state.update(step=step + 1, tokens_seen=state["tokens_seen"] + int(key_mask.sum()),
-                         masked_tokens_seen=state["masked_tokens_seen"] + int(masked.sum()),
-                         train_loss=ema)
-            if state["step"] % args.eval_every == 0:
-                state["elapsed_s"] += time.time() - t_last
-                t_last = time.time()
-                v = evaluate(model, periodic, bf16)
-                state["evals"].append({"step": state["step"], "tokens": state["tokens_seen"],
-                                       "elapsed_s": round(state["elapsed_s"], 1),
-                                       "train_loss": round(ema, 4), "val_loss": v["all"],
-                                       "val_suffix": v["suffix"], "val_full": v["full"]})
-                tqdm.write(json.dumps(state["evals"][-1]))
-            now = time.time()
-            state["elapsed_s"] += now - t_last
-            t_last = now
-            bar.update(1)
-            bar.set_postfix(loss=f"{ema:.3f}", lr=f"{lr:.2e}", done=f"{progress():.0%}", refresh=False)
-            if now - t_ckpt > args.ckpt_every * 60:
-                save_checkpoint(ckpt_path, model, opt, state)
-                t_ckpt = time.time()
-    except KeyboardInterrupt:
-        save_checkpoint(ckpt_path, model, opt, state)
-        print(f"\ninterrupted; checkpoint at step {state['step']} -> {ckpt_path} (use --resume)")
+    if not loop.train(args, model, opt, state, ckpt_path, step_loss, periodic_eval, report=False):
         return
-    bar.close()
-    save_checkpoint(ckpt_path, model, opt, state)
     print(f"done: {state['step']} steps, {state['tokens_seen']} tokens "
           f"({state['masked_tokens_seen']} masked), {state['elapsed_s'] / 60:.1f} min; "
-          f"train loss (EMA) {ema:.4f}")
+          f"train loss (EMA) {state['train_loss']:.4f}")
     save_final(model, args, state, val_stream)
     print(f"saved {args.out}")
 
