@@ -25,53 +25,35 @@ class MethodSpec:
     startup_check: str = ""
 
 
+_AR, _DLLM = "autoregressive", "diffusion"
+
+
+def _spec(name: str, target_family: str, proposer: str, paper: str,
+          startup_check: str = "") -> MethodSpec:
+    """A row of the table; the config class is ``config.CONFIG_CLASSES[name]``."""
+    return MethodSpec(name, config.CONFIG_CLASSES[name], proposer, target_family, paper,
+                      startup_check)
+
+
 METHODS: dict[str, MethodSpec] = {
     spec.name: spec
     for spec in (
-        MethodSpec(
-            name="jacobi",
-            config=config.JacobiConfig,
-            proposer="vllm_anyorder.proposers.jacobi.JacobiProposer",
-            target_family="autoregressive",
-            paper="pcLLM / Jacobi Forcing, Algorithm 1",
-        ),
-        MethodSpec(
-            name="specdiff",
-            config=config.SpecDiffConfig,
-            proposer="vllm_anyorder.proposers.specdiff.SpecDiffProposer",
-            target_family="autoregressive",
-            paper="SpecDiff (Christopher et al.), Sec. 4.1 / Algorithm 1",
-            startup_check="vllm_anyorder.startup_checks.check_specdiff_drafter",
-        ),
-        MethodSpec(
-            name="assd",
-            config=config.AssdConfig,
-            proposer="vllm_anyorder.proposers.assd.AssdProposer",
-            target_family="autoregressive",  # left to right in vLLM; must also be an AS-ARM
-            paper="ASSD (Guo & Ermon), Sec. 5, Algorithm 1 / App. E.4 Algorithm 2",
-            startup_check="vllm_anyorder.startup_checks.check_assd_target",
-        ),
-        MethodSpec(
-            name="stepwise",  # the dLLM baseline; what a dLLM without speculative config runs
-            config=config.StepwiseConfig,
-            proposer="vllm_anyorder.proposers.dllm.StepwiseProposer",
-            target_family="diffusion",
-            paper="LLaDA semi-autoregressive remasking (SSD Sec. 3.1, FreeDave Algorithm 1)",
-        ),
-        MethodSpec(
-            name="ssd",
-            config=config.SsdConfig,
-            proposer="vllm_anyorder.proposers.dllm.SsdProposer",
-            target_family="diffusion",
-            paper="SSD (Gao et al.), Sec. 3.2 / App. A Algorithm 1, mix-order Sec. 5.2",
-        ),
-        MethodSpec(
-            name="freedave",
-            config=config.FreeDaveConfig,
-            proposer="vllm_anyorder.proposers.dllm.FreeDaveProposer",
-            target_family="diffusion",
-            paper="FreeDave (Wu & Zhang), Sec. 3.2 / Algorithm 2",
-        ),
+        _spec("jacobi", _AR, "vllm_anyorder.proposers.jacobi.JacobiProposer",
+              "pcLLM / Jacobi Forcing, Algorithm 1"),
+        _spec("specdiff", _AR, "vllm_anyorder.proposers.specdiff.SpecDiffProposer",
+              "SpecDiff (Christopher et al.), Sec. 4.1 / Algorithm 1",
+              startup_check="vllm_anyorder.startup_checks.check_specdiff_drafter"),
+        # left to right in vLLM; the target must also be an AS-ARM
+        _spec("assd", _AR, "vllm_anyorder.proposers.assd.AssdProposer",
+              "ASSD (Guo & Ermon), Sec. 5, Algorithm 1 / App. E.4 Algorithm 2",
+              startup_check="vllm_anyorder.startup_checks.check_assd_target"),
+        # the dLLM baseline; what a dLLM without speculative config runs
+        _spec("stepwise", _DLLM, "vllm_anyorder.proposers.dllm.StepwiseProposer",
+              "LLaDA semi-autoregressive remasking (SSD Sec. 3.1, FreeDave Algorithm 1)"),
+        _spec("ssd", _DLLM, "vllm_anyorder.proposers.dllm.SsdProposer",
+              "SSD (Gao et al.), Sec. 3.2 / App. A Algorithm 1, mix-order Sec. 5.2"),
+        _spec("freedave", _DLLM, "vllm_anyorder.proposers.dllm.FreeDaveProposer",
+              "FreeDave (Wu & Zhang), Sec. 3.2 / Algorithm 2"),
     )
 }
 
