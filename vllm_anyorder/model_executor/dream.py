@@ -23,13 +23,12 @@ Same model interface as ``llada.LLaDAModel`` (see that module's docstring).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 from torch import nn
 
-from .llada import attend, load_safetensors, randomize_, rms_norm, rotate, save_safetensors
-from .released_config import ReleasedConfig, write_config
+from .llada import ReleasedDllm, attend, randomize_, rms_norm, rotate
+from .released_config import ReleasedConfig
 
 MODEL_TYPE = "Dream"
 ARCHITECTURE = "DreamModel"
@@ -100,16 +99,13 @@ class DreamLayer(nn.Module):
         self.post_attention_layernorm = _Norm(h)
 
 
-class DreamModel(nn.Module):
+class DreamModel(ReleasedDllm):
     """Bidirectional Dream with the shared dLLM model interface."""
 
+    CONFIG = DreamConfig
     logit_shift = 1
 
-    def __init__(self, config: DreamConfig) -> None:
-        super().__init__()
-        self.config = c = config
-        self.mask_token_id, self.eos_token_id = c.mask_token_id, c.eos_token_id
-        self.model = nn.Module()
+    def build(self, c: DreamConfig) -> None:
         self.model.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
         self.model.layers = nn.ModuleList(DreamLayer(c) for _ in range(c.num_hidden_layers))
         self.model.norm = _Norm(c.hidden_size)
@@ -141,25 +137,14 @@ class DreamModel(nn.Module):
         return logits, tuple(new_kv)
 
     # ------------------------------------------------------------------ checkpoint
-    @classmethod
-    def from_pretrained(cls, path, dtype: torch.dtype | None = None) -> "DreamModel":
-        path = Path(path)
-        config = DreamConfig.read(path)
-        model = cls(config)
-        state = load_safetensors(path)
-        if config.tie_word_embeddings:
-            state.setdefault("lm_head.weight", state["model.embed_tokens.weight"])
-        model.load_state_dict(state, strict=True)
-        return (model.to(dtype) if dtype is not None else model).eval()
-
-    def save_pretrained(self, path, max_shard_bytes: int | None = None) -> Path:
-        path = write_config(path, {**self.config.to_json(), "torch_dtype":
-                                   str(self.lm_head.weight.dtype).removeprefix("torch.")})
-        state = dict(self.state_dict())
+    def tied_head(self) -> tuple[str, str] | None:
         if self.config.tie_word_embeddings:
-            state.pop("lm_head.weight")
-        save_safetensors(state, path, max_shard_bytes)
-        return path
+            return "lm_head.weight", "model.embed_tokens.weight"
+        return None
+
+    def config_json(self) -> dict:
+        return {**self.config.to_json(),
+                "torch_dtype": str(self.lm_head.weight.dtype).removeprefix("torch.")}
 
 
 def random_dream(config: DreamConfig, seed: int = 0, std: float = 0.3) -> DreamModel:

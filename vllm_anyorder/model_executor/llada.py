@@ -31,8 +31,9 @@ for the L new rows only. Rows that may attend to nothing (padding) give zeros. `
 matters for models with ``logit_shift = 1`` (Dream). ``mask_token_id``, ``eos_token_id`` and
 ``logit_shift`` are attributes.
 
-The shared building blocks (RMSNorm, rotary, masked attention, safetensors I/O) live here and
-``dream.py`` reuses them.
+The shared building blocks (RMSNorm, rotary, masked attention, safetensors I/O, and
+``ReleasedDllm``: the token ids, the ``model`` container and checkpoint I/O of the model
+class) live here and ``dream.py`` reuses them.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -155,6 +157,55 @@ def randomize_(model: nn.Module, seed: int, std: float) -> None:
                 p.copy_(torch.randn(p.shape, generator=gen) * std)
 
 
+class ReleasedDllm(nn.Module):
+    """What ``LLaDAModel`` and ``DreamModel`` share: the config and its token ids, the
+    ``model`` container under which the released tensor names live, and checkpoint I/O in the
+    released layout (``config.json`` + one ``model.safetensors`` or HF shards)."""
+
+    CONFIG: ClassVar[type[ReleasedConfig]]  # the format's config class
+    logit_shift: ClassVar[int]
+
+    def __init__(self, config: ReleasedConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.mask_token_id, self.eos_token_id = config.mask_token_id, config.eos_token_id
+        self.model = nn.Module()
+        self.build(config)
+
+    def build(self, c) -> None:
+        """Create the format's modules (under ``self.model`` and beside it)."""
+        raise NotImplementedError
+
+    def tied_head(self) -> tuple[str, str] | None:
+        """(LM head, embedding) state-dict names when the head is the embedding's tensor and
+        the checkpoint stores it once; None when there is no such head."""
+        return None
+
+    def config_json(self) -> dict:
+        """The ``config.json`` written by ``save_pretrained``."""
+        return self.config.to_json()
+
+    @classmethod
+    def from_pretrained(cls, path, dtype: torch.dtype | None = None):
+        path = Path(path)
+        model = cls(cls.CONFIG.read(path))
+        state = load_safetensors(path)
+        tied = model.tied_head()
+        if tied:
+            state.setdefault(tied[0], state[tied[1]])
+        model.load_state_dict(state, strict=True)
+        return (model.to(dtype) if dtype is not None else model).eval()
+
+    def save_pretrained(self, path, max_shard_bytes: int | None = None) -> Path:
+        path = write_config(path, self.config_json())
+        state = dict(self.state_dict())
+        tied = self.tied_head()
+        if tied:
+            state.pop(tied[0])
+        save_safetensors(state, path, max_shard_bytes)
+        return path
+
+
 # ----------------------------------------------------------------------------- config
 @dataclass(frozen=True)
 class LLaDAConfig(ReleasedConfig):
@@ -221,16 +272,13 @@ class LLaDABlock(nn.Module):
         self.ff_out = nn.Linear(c.hidden, d, bias=False)
 
 
-class LLaDAModel(nn.Module):
+class LLaDAModel(ReleasedDllm):
     """Bidirectional LLaDA with the shared dLLM model interface (see the module docstring)."""
 
+    CONFIG = LLaDAConfig
     logit_shift = 0
 
-    def __init__(self, config: LLaDAConfig) -> None:
-        super().__init__()
-        self.config = c = config
-        self.mask_token_id, self.eos_token_id = c.mask_token_id, c.eos_token_id
-        self.model = nn.Module()
+    def build(self, c: LLaDAConfig) -> None:
         self.model.transformer = t = nn.Module()
         t.wte = nn.Embedding(c.rows, c.d_model)
         t.blocks = nn.ModuleList(LLaDABlock(c) for _ in range(c.n_layers))
@@ -262,20 +310,6 @@ class LLaDAModel(nn.Module):
         if c.scale_logits:
             logits = logits / c.d_model ** 0.5
         return logits, tuple(new_kv)
-
-    # ------------------------------------------------------------------ checkpoint
-    @classmethod
-    def from_pretrained(cls, path, dtype: torch.dtype | None = None) -> "LLaDAModel":
-        path = Path(path)
-        config = LLaDAConfig.read(path)
-        model = cls(config)
-        model.load_state_dict(load_safetensors(path), strict=True)
-        return (model.to(dtype) if dtype is not None else model).eval()
-
-    def save_pretrained(self, path, max_shard_bytes: int | None = None) -> Path:
-        path = write_config(path, self.config.to_json())
-        save_safetensors(self.state_dict(), path, max_shard_bytes)
-        return path
 
 
 def random_llada(config: LLaDAConfig, seed: int = 0, std: float = 0.3) -> LLaDAModel:
