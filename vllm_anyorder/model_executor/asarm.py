@@ -57,13 +57,17 @@ class AsArmConfig:
     num_hidden_layers: int = 2
     num_attention_heads: int = 2
     num_key_value_heads: int = 2
-    head_dim: int = 32
+    head_dim: int | None = None  # None: hidden_size // num_attention_heads, as in Llama
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
     max_position_embeddings: int = 2048
     tie_word_embeddings: bool = False
     query_init: str = "learned"  # how a query row starts: one of QUERY_INITS
     extra: dict = field(default_factory=dict)  # other config.json keys, kept on save
+
+    def __post_init__(self) -> None:
+        if self.head_dim is None:
+            object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -81,8 +85,6 @@ class AsArmConfig:
             raise ValueError("only silu MLPs without attention bias are supported")
         names = set(cls.__dataclass_fields__) - {"extra"}
         kw = {k: d[k] for k in names if k in d}
-        if "head_dim" not in d:
-            kw["head_dim"] = d["hidden_size"] // d["num_attention_heads"]
         kw.setdefault("num_key_value_heads", d["num_attention_heads"])
         skip = names | {"model_type", "architectures", "hidden_act", "torch_dtype",
                         "attention_bias"}
