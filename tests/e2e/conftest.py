@@ -102,3 +102,37 @@ def serve(model, args: list[str], log, timeout: float = 240):
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def other_attention(kind: str) -> str:
+    """The attention implementation ``auto`` does NOT pick on this CPU for ``kind``: the key
+    equality tests run again on it (``test_*_other_attention.py``); the full matrix runs on
+    the one ``auto`` picks."""
+    from vllm_anyorder.attention_backends.selection import AUTO_ON_CPU
+
+    return "torch" if AUTO_ON_CPU[kind] == "cpu_op" else "cpu_op"
+
+
+@contextlib.contextmanager
+def attention_env(value: str):
+    """``VLLM_ANYORDER_ATTENTION`` for the engines started inside (their workers read it)."""
+    old = os.environ.get("VLLM_ANYORDER_ATTENTION")
+    os.environ["VLLM_ANYORDER_ATTENTION"] = value
+    try:
+        yield value
+    finally:
+        if old is None:
+            os.environ.pop("VLLM_ANYORDER_ATTENTION", None)
+        else:
+            os.environ["VLLM_ANYORDER_ATTENTION"] = old
+
+
+def attention_impls(llm) -> list[str]:
+    """The attention implementation class of every plugin attention layer, per rank."""
+    def read(worker):
+        from vllm.model_executor.layers.attention import Attention
+
+        return sorted({type(m.impl).__name__ for m in worker.model_runner.model.modules()
+                       if isinstance(m, Attention)})
+
+    return llm.collective_rpc(read)
