@@ -43,6 +43,7 @@ class Config:
     family: str = ""  # for plots: configurations of one method at several k
     k: int = 0  # drafts per step (gamma, block size, ...)
     reference: str = ""  # config whose outputs/time this one is compared with (default: first)
+    env: dict | None = None  # environment of the row's child process (e.g. the attention)
 
 
 def drafter_probe(llm) -> dict:

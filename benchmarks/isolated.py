@@ -74,6 +74,7 @@ def _measure(cfg, model, prompts, params, batches: list[int]) -> dict:
     """Start, warm up, then one timed pass per batch setting (same engine), shut down."""
     from benchmarks.common import close, make_engine, params_for, timed_generate
 
+    os.environ.update(cfg.env or {})  # this child's engine only
     t0 = time.perf_counter()
     llm = make_engine(model, cfg.speculative_config, cfg.additional_config)
     start_s = time.perf_counter() - t0

@@ -64,3 +64,40 @@ def test_repair_rows_go_to_the_real_slots_in_prompt_and_block_groups():
     assert plan.caches is None
     assert plan.slots.tolist() == [16, 17, 18, 19, 8, 9, 10, 11, 32, 33]
     assert plan.metadata["q"] == [3, 4, 3] and plan.metadata["s"] == [3, 7, 10]
+
+
+def test_torch_node_plan_reads_the_prefix_in_place_and_writes_nothing():
+    """``dllm_torch.node_plan``: one row group per node over the request's own block-table
+    row, prefix [0, start) from the cache, its rows from the forward, block-causal cuts; and
+    the attention it gives equals the scratch-copy plan's rule on a dense reference."""
+    from vllm_anyorder.attention_backends import dllm_torch
+    from vllm_anyorder.attention_backends.paged_torch import (
+        cache_shape, group_mask, paged_attention, write_kv,
+    )
+
+    bs, heads, d = 4, 2, 8
+    blocks = torch.tensor([7, 3, 9, 5])
+    jobs = [dllm_plans.NodeJob(blocks, 10, 16, nodes=2, cuts=(12, 16)),
+            dllm_plans.NodeJob(torch.tensor([1, 2]), 3, 6, nodes=1, cuts=(5, 6))]
+    plan = dllm_torch.node_plan(jobs, torch.device("cpu"))
+    assert plan.caches is None and plan.slots.tolist() == [-1] * 15  # nothing written
+    groups = plan.metadata.groups
+    assert [(g.block_row, g.first, g.rows, g.seq_len, g.cached, g.block_ends) for g in groups] \
+        == [(0, 0, 6, 16, 10, (12, 16)), (0, 6, 6, 16, 10, (12, 16)), (1, 12, 3, 6, 3, (5, 6))]
+    assert plan.metadata.block_table[0].tolist() == [7, 3, 9, 5]
+    assert group_mask(groups[0]).tolist()[0] == [True] * 12 + [False] * 4  # row 10: block end 12
+
+    gen = torch.Generator().manual_seed(0)
+    cache = torch.zeros(cache_shape(10, bs, heads, d))
+    prefix = [torch.randn(10, heads, d, generator=gen) for _ in range(2)]
+    write_kv(cache, *prefix, (blocks[torch.arange(10) // bs] * bs + torch.arange(10) % bs))
+    q, k, v = (torch.randn(15, heads, d, generator=gen) for _ in range(3))
+    out = paged_attention(q, cache, plan.metadata.block_table, groups, d ** -0.5,
+                          k_rows=k, v_rows=v)
+    for node in (0, 1):  # dense: keys = prefix + the node's own rows, block-causal
+        rows = slice(6 * node, 6 * node + 6)
+        keys = torch.cat([prefix[0], k[rows]]), torch.cat([prefix[1], v[rows]])
+        s = torch.einsum("rhd,shd->hrs", q[rows], keys[0]) * d ** -0.5
+        s = s.masked_fill(~group_mask(groups[node])[None], float("-inf"))
+        want = torch.einsum("hrs,shd->rhd", s.softmax(-1), keys[1])
+        assert torch.allclose(out[rows], want, atol=1e-5)
