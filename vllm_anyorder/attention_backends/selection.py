@@ -20,7 +20,8 @@ import importlib
 import logging
 import os
 
-logger = logging.getLogger("vllm_anyorder")
+# a child of vLLM's logger: printed with vLLM's own handler and level (VLLM_LOGGING_LEVEL)
+logger = logging.getLogger("vllm.anyorder")
 
 ENV = "VLLM_ANYORDER_ATTENTION"
 CHOICES = ("auto", "torch", "cpu_op")
