@@ -97,55 +97,118 @@ def group_mask(group: RowGroup, device=None) -> torch.Tensor:
     return keys[None, :] <= limit[:, None]
 
 
-def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
-           scale: float, score_bias: torch.Tensor | None = None) -> torch.Tensor:
-    """Attention of q [R, H, D] over k, v [S, Hkv, D] with mask [R, S] (True = visible) and
-    an optional additive bias [H, R, S] -> [R, H, D]; a row that sees no key gets zeros.
-    Scores in fp32 for fp16 / bf16 inputs (the softmax of a long row in half precision
-    loses the ordering the equality tests check)."""
-    heads, kv_heads = q.shape[1], k.shape[1]
-    if heads != kv_heads:  # GQA: each kv head serves heads // kv_heads query heads
-        k = k.repeat_interleave(heads // kv_heads, dim=1)
-        v = v.repeat_interleave(heads // kv_heads, dim=1)
-    dtype = q.dtype
-    qf, kf, vf = (t.transpose(0, 1).float() for t in (q, k, v))  # [H, R|S, D]
-    bias = torch.zeros(mask.shape, dtype=torch.float32, device=q.device)
-    bias = bias.masked_fill(~mask, float("-inf"))[None]
-    if score_bias is not None:
-        bias = bias + score_bias.float()
-    seen = mask.any(dim=1)  # [R]
-    bias = bias.masked_fill(~seen[None, :, None], 0.0)  # no NaN rows; zeroed below
-    out = F.scaled_dot_product_attention(qf, kf, vf, attn_mask=bias, scale=scale)
-    out = out.transpose(0, 1).masked_fill(~seen[:, None, None], 0.0)
-    return out.to(dtype)
+@dataclass
+class PreparedGroups:
+    """A forward's row groups as padded batch tensors (built once per metadata and reused by
+    every layer: they depend on the metadata only). G groups, R = max rows, S = max keys."""
+
+    groups: list[RowGroup]
+    rows: torch.Tensor  # [G, R] row of q (padding: 0)
+    row_ok: torch.Tensor  # [G, R] a real row
+    slots: torch.Tensor  # [G, S] cache slot of key j (0 where none: own row or padding)
+    own: torch.Tensor | None  # [G, S] row of this forward's k/v for own keys (None: none)
+    is_own: torch.Tensor | None  # [G, S]
+    bias: torch.Tensor  # [G, 1, R, S] float32: 0 visible, -inf hidden (all 0 on rows that
+    seen: torch.Tensor  # [G, R]            see no key: their output is zeroed)
+
+
+# padded G x R x S elements per batch of groups (bounds the scores' memory: x heads x 4 B)
+BATCH_BUDGET = 1 << 22
+
+
+def prepare(groups: list[RowGroup], block_table: torch.Tensor, block_size: int
+            ) -> list[PreparedGroups]:
+    """Pad the non-empty groups into batches (in order, each within :data:`BATCH_BUDGET`)."""
+    batches: list[list[RowGroup]] = []
+    current: list[RowGroup] = []
+    for g in (g for g in groups if g.rows > 0 and g.seq_len > 0):
+        trial = current + [g]
+        size = len(trial) * max(x.rows for x in trial) * max(x.seq_len for x in trial)
+        if current and size > BATCH_BUDGET:
+            batches.append(current)
+            trial = [g]
+        current = trial
+    if current:
+        batches.append(current)
+    return [_prepare(b, block_table, block_size) for b in batches]
+
+
+def _prepare(groups: list[RowGroup], block_table: torch.Tensor, bs: int) -> PreparedGroups:
+    device = block_table.device
+    n, r_max, s_max = len(groups), max(g.rows for g in groups), max(g.seq_len for g in groups)
+    r, j = torch.arange(r_max, device=device), torch.arange(s_max, device=device)
+    first = torch.tensor([g.first for g in groups], device=device)
+    nrows = torch.tensor([g.rows for g in groups], device=device)
+    seq = torch.tensor([g.seq_len for g in groups], device=device)
+    cached = torch.tensor([g.seq_len if g.cached is None else g.cached for g in groups],
+                          device=device)
+    row_ok = r[None] < nrows[:, None]
+    table = block_table[torch.tensor([g.block_row for g in groups], device=device)]
+    blocks = table[:, (j // bs).clamp(max=table.shape[1] - 1)].to(torch.int64)  # [G, S]
+    from_cache = j[None] < cached[:, None]
+    slots = torch.where(from_cache, blocks * bs + j % bs, 0)
+    is_own = (~from_cache) & (j[None] < seq[:, None])
+    own = torch.where(is_own, first[:, None] + j[None] - cached[:, None], 0) \
+        if bool(is_own.any()) else None
+    visible = torch.zeros(n, r_max, s_max, dtype=torch.bool, device=device)
+    for i, g in enumerate(groups):
+        visible[i, : g.rows, : g.seq_len] = group_mask(g, device)
+    seen = visible.any(-1)
+    bias = torch.zeros(visible.shape, dtype=torch.float32, device=device)
+    bias = bias.masked_fill(~visible & seen[..., None], float("-inf"))[:, None]
+    rows = torch.where(row_ok, first[:, None] + r[None], 0)
+    return PreparedGroups(groups, rows, row_ok, slots, own, is_own if own is not None else None,
+                          bias, seen)
+
+
+def prepared_for(metadata, block_size: int) -> list[PreparedGroups]:
+    """:func:`prepare` of ``metadata.groups``, kept on ``metadata.prepared`` so that every
+    layer of a forward reuses it."""
+    prepared = getattr(metadata, "prepared", None)
+    if prepared is None:
+        prepared = prepare(metadata.groups, metadata.block_table, block_size)
+        metadata.prepared = prepared
+    return prepared
 
 
 def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor,
                     groups: list[RowGroup], scale: float,
                     score_bias: Callable[[RowGroup, torch.Tensor], torch.Tensor] | None = None,
-                    k_rows: torch.Tensor | None = None, v_rows: torch.Tensor | None = None
-                    ) -> torch.Tensor:
+                    k_rows: torch.Tensor | None = None, v_rows: torch.Tensor | None = None,
+                    prepared: list[PreparedGroups] | None = None) -> torch.Tensor:
     """Rows of ``q`` [T, H, D] grouped by ``groups`` over the paged cache -> [T, H, D]
-    (rows in no group are zeros). ``score_bias(group, key_slots [S])`` -> [H, R, S] (slot
-    -1 for keys that are own rows). ``k_rows``/``v_rows`` [T, Hkv, D]: this forward's k/v,
-    read by groups with ``cached`` < S."""
+    (rows in no group are zeros): per batch of groups ONE gather of the keys by the block
+    table and ONE masked SDPA, scores in fp32 (a half-precision softmax over a long row loses
+    the ordering the equality tests check). ``score_bias(group, key_slots [S])`` ->
+    [H, R, S], an additive score (slot -1 for keys that are own rows). ``k_rows``/``v_rows``
+    [T, Hkv, D]: this forward's k/v, read by groups with ``cached`` < S (own keys: the
+    group's rows in order). ``prepared``: :func:`prepare` of these groups (reused across
+    layers); built here when None."""
     out = torch.zeros_like(q)
-    for g in groups:
-        if g.rows <= 0 or g.seq_len <= 0:
-            continue
-        row = block_table[g.block_row]
-        rows = slice(g.first, g.first + g.rows)
-        cached = g.seq_len if g.cached is None else g.cached
-        k, v = gather_kv(kv_cache, row, cached)
-        if cached < g.seq_len:  # the rest of the keys: the group's own rows, in order
-            assert g.seq_len - cached == g.rows, "own keys must be exactly the group's rows"
-            k = torch.cat([k, k_rows[rows].to(k.dtype)])
-            v = torch.cat([v, v_rows[rows].to(v.dtype)])
-        bias = None
+    if prepared is None:
+        prepared = prepare(groups, block_table, kv_cache.shape[2])
+    heads, head_dim = q.shape[1], q.shape[2]
+    for p in prepared:
+        bs = kv_cache.shape[2]
+        kv = kv_cache[p.slots // bs, :, p.slots % bs].float()  # [G, S, Hkv, 2D]
+        k, v = kv[..., :head_dim], kv[..., head_dim:]
+        if p.own is not None:
+            own = p.is_own[..., None, None]
+            k = torch.where(own, k_rows[p.own].float(), k)
+            v = torch.where(own, v_rows[p.own].float(), v)
+        if heads != k.shape[2]:  # GQA: each kv head serves heads // kv_heads query heads
+            k = k.repeat_interleave(heads // k.shape[2], dim=2)
+            v = v.repeat_interleave(heads // v.shape[2], dim=2)
+        bias = p.bias
         if score_bias is not None:
-            bs = kv_cache.shape[2]
-            j = torch.arange(g.seq_len, device=row.device)
-            slots = row[(j // bs).clamp(max=row.shape[0] - 1)].to(torch.int64) * bs + j % bs
-            bias = score_bias(g, torch.where(j < cached, slots, -1))
-        out[rows] = attend(q[rows], k, v, group_mask(g, q.device), scale, bias)
+            bias = bias.expand(-1, heads, -1, -1).clone()
+            for i, g in enumerate(p.groups):
+                key_slots = torch.where(p.is_own[i, : g.seq_len], -1, p.slots[i, : g.seq_len]) \
+                    if p.own is not None else p.slots[i, : g.seq_len]
+                bias[i, :, : g.rows, : g.seq_len] += score_bias(g, key_slots).float()
+        qg = q[p.rows].float().transpose(1, 2)  # [G, H, R, D]
+        o = F.scaled_dot_product_attention(qg, k.transpose(1, 2), v.transpose(1, 2),
+                                           attn_mask=bias, scale=scale)
+        o = o.transpose(1, 2).masked_fill(~p.seen[..., None, None], 0.0)  # [G, R, H, D]
+        out[p.rows[p.row_ok]] = o[p.row_ok].to(out.dtype)
     return out

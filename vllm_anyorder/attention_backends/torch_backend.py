@@ -23,7 +23,13 @@ from typing import Any
 import torch
 
 from vllm_anyorder import _compat
-from vllm_anyorder.attention_backends.paged_torch import RowGroup, paged_attention, write_kv
+from vllm_anyorder.attention_backends.paged_torch import (
+    PreparedGroups,
+    RowGroup,
+    paged_attention,
+    prepared_for,
+    write_kv,
+)
 
 _backend = _compat.attention_backend_module()
 NAME = "ANYORDER_TORCH"
@@ -32,13 +38,15 @@ NAME = "ANYORDER_TORCH"
 @dataclass
 class TorchPagedMetadata:
     """Row groups of one forward (``groups``), the block table they index and the slots
-    ``slot_mapping`` [T] where the forward's rows are written (-1: not written)."""
+    ``slot_mapping`` [T] where the forward's rows are written (-1: not written);
+    ``prepared``: the groups as padded batch tensors, built by the first layer."""
 
     num_actual_tokens: int
     groups: list[RowGroup]
     block_table: torch.Tensor
     slot_mapping: torch.Tensor
     causal: Any = True
+    prepared: list[PreparedGroups] | None = None
 
 
 def row_groups(cm: Any) -> list[RowGroup]:
@@ -96,8 +104,9 @@ class TorchPagedImpl(_backend.AttentionImpl):
         if attn_metadata is None:  # profiling / warm-up run
             return output
         n = attn_metadata.num_actual_tokens
-        output[:n] = paged_attention(query[:n], kv_cache, attn_metadata.block_table,
-                                     attn_metadata.groups, self.scale, k_rows=key, v_rows=value)
+        output[:n] = paged_attention(
+            query[:n], kv_cache, attn_metadata.block_table, attn_metadata.groups, self.scale,
+            k_rows=key, v_rows=value, prepared=prepared_for(attn_metadata, kv_cache.shape[2]))
         return output
 
     def do_kv_cache_update(self, layer, key, value, kv_cache, slot_mapping) -> None:

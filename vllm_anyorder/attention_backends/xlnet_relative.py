@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from vllm_anyorder.attention_backends.paged_torch import paged_attention
+from vllm_anyorder.attention_backends.paged_torch import paged_attention, prepared_for
 
 
 def sinusoid(distances: torch.Tensor, d_model: int) -> torch.Tensor:
@@ -113,5 +113,6 @@ def paged_relative_attention(q: torch.Tensor, query_positions: torch.Tensor,
         return by_distance.gather(2, index) * rel.scale
 
     out = paged_attention(qf + rel.r_w_bias, kv_cache, metadata.block_table, metadata.groups,
-                          rel.scale, score_bias=position_scores)
+                          rel.scale, score_bias=position_scores,
+                          prepared=prepared_for(metadata, kv_cache.shape[2]))
     return out.to(q.dtype)

@@ -155,3 +155,21 @@ def test_padding_slots_are_never_written_and_rows_without_keys_are_zero():
     assert not out.any()
     out = paged_attention(q, cache, table, [RowGroup(0, 1, 1, 7, causal=False)], 1.0)
     assert not out[0].any() and out[1].abs().sum() > 0  # row 0 in no group: zeros
+
+
+def test_batches_of_groups_within_the_budget_give_the_same_rows(monkeypatch):
+    """Groups are padded into batches (one SDPA each) within BATCH_BUDGET: a budget small
+    enough to force one group per batch gives the same output; prepared batches are reused."""
+    from vllm_anyorder.attention_backends import paged_torch
+
+    groups = [RowGroup(0, 0, 4, 10), RowGroup(1, 4, 3, 3, causal=False),
+              RowGroup(2, 7, 2, 6, block_ends=(4, 6), positions=torch.tensor([4, 5]))]
+    cache, table, _ = setup([10, 3, 6])
+    q = torch.randn(9, HEADS, D, device=DEVICE)
+    whole = paged_attention(q, cache, table, groups, D ** -0.5)
+    assert len(paged_torch.prepare(groups, table, BS)) == 1
+    monkeypatch.setattr(paged_torch, "BATCH_BUDGET", 1)
+    prepared = paged_torch.prepare(groups, table, BS)
+    assert [len(p.groups) for p in prepared] == [1, 1, 1]
+    split = paged_attention(q, cache, table, groups, D ** -0.5, prepared=prepared)
+    assert torch.allclose(whole, split, atol=1e-6)
