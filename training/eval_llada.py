@@ -73,8 +73,9 @@ def final_checks(path: Path, args, val, state: dict, evaluate) -> None:
     state["decode"] = decode_eval(model, tok)
     state["sample"] = sample(model, tok)
     state["final_eval_s"] = round(time.time() - t0, 1)
-    (path / "training_log.json").write_text(json.dumps(state, indent=1) + "\n")
-    write_card(path, args, model, state)
+    if "step" in state:  # a training run; ``--eval-only`` prints and leaves DIR's files alone
+        (path / "training_log.json").write_text(json.dumps(state, indent=1) + "\n")
+        write_card(path, args, model, state)
 
 
 def write_card(out: Path, args, model, state: dict) -> None:
