@@ -16,7 +16,7 @@ child frames) is added to that category, so nested frames are never counted twic
   runner methods (``_sample``, ``propose_draft_token_ids``, ``_get_spec_decode_draft_probs``,
   ``_build_attention_metadata``), minus forwards and minus the vLLM originals they call
   (those are re-tagged ``vllm_inner`` by swapping the wrapper's closure cell).
-* ``kv_copy`` -- part of item 3: ``attention_backends.dllm_cpu.scratch_plan`` (scratch
+* ``kv_copy`` -- part of item 3: ``attention_backends.dllm_plans.scratch_plan`` (scratch
   blocks allocated and zeroed, the requests' prefix KV blocks copied into them, the node
   rows' attention metadata), the dLLM rows' per-round KV copy.
 * ``vllm_drafter`` -- vLLM's own drafter ``propose`` (ngram lookup, draft_model input prep),
@@ -164,11 +164,11 @@ def install(worker) -> list[str]:
                 if _wrap_attr(sub, name, "fwd"):
                     done.append(f"drafter model.{name}")
     if type(drafter).__module__ == "vllm_anyorder.proposers.dllm":
-        from vllm_anyorder.attention_backends import dllm_cpu
+        from vllm_anyorder.attention_backends import dllm_plans
         from vllm_anyorder.core.dllm import DllmRequest
 
-        if _wrap_attr(dllm_cpu, "scratch_plan", "kv_copy"):  # looked up at each call
-            done.append("dllm_cpu.scratch_plan")
+        if _wrap_attr(dllm_plans, "scratch_plan", "kv_copy"):  # looked up at each call
+            done.append("dllm_plans.scratch_plan (cpu_op only)")
         for name in ("evaluate", "repair"):  # the dLLM forwards over the paged cache
             if _wrap_attr(drafter.rows, name, "plugin"):
                 done.append(f"drafter.rows.{name} (detail)")

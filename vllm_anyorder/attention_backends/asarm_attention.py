@@ -158,7 +158,7 @@ def query_attention(attn: Any, query: torch.Tensor, metadata: Any = None) -> tor
     """Attention of query-stream rows over the paged cache of layer ``attn``, no KV write.
 
     ``query`` [R, heads * head_dim] (rotary applied). ``metadata`` None uses the current
-    forward's query plan of this layer (``AsArmCPUMetadata.query_metadata``: the rows of
+    forward's query plan of this layer (``AsArmFields.query_metadata``: the rows of
     ``query_rows``), or its content metadata when there is none (row j sees what content
     row j saw)."""
     if metadata is None:
