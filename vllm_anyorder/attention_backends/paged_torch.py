@@ -50,7 +50,7 @@ def write_kv(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if kv_cache is None or kv_cache.numel() == 0:
         return
     block_size, head_dim = kv_cache.shape[2], k.shape[-1]
-    slots = slots[: k.shape[0]].to(torch.int64)
+    slots = slots[: k.shape[0]].to(device=kv_cache.device, dtype=torch.int64)
     keep = slots >= 0
     slots = slots[keep]
     blocks, offsets = slots // block_size, slots % block_size
@@ -116,9 +116,12 @@ class PreparedGroups:
 BATCH_BUDGET = 1 << 22
 
 
-def prepare(groups: list[RowGroup], block_table: torch.Tensor, block_size: int
-            ) -> list[PreparedGroups]:
-    """Pad the non-empty groups into batches (in order, each within :data:`BATCH_BUDGET`)."""
+def prepare(groups: list[RowGroup], block_table: torch.Tensor, block_size: int,
+            device: torch.device | None = None) -> list[PreparedGroups]:
+    """Pad the non-empty groups into batches (in order, each within :data:`BATCH_BUDGET`),
+    on ``device`` (the cache's; metadata built on the host is moved once here)."""
+    if device is not None:
+        block_table = block_table.to(device)
     batches: list[list[RowGroup]] = []
     current: list[RowGroup] = []
     for g in (g for g in groups if g.rows > 0 and g.seq_len > 0):
@@ -161,12 +164,13 @@ def _prepare(groups: list[RowGroup], block_table: torch.Tensor, bs: int) -> Prep
                           bias, seen)
 
 
-def prepared_for(metadata, block_size: int) -> list[PreparedGroups]:
-    """:func:`prepare` of ``metadata.groups``, kept on ``metadata.prepared`` so that every
-    layer of a forward reuses it."""
+def prepared_for(metadata, kv_cache: torch.Tensor) -> list[PreparedGroups]:
+    """:func:`prepare` of ``metadata.groups`` for ``kv_cache``, kept on ``metadata.prepared``
+    so that every layer of a forward reuses it."""
     prepared = getattr(metadata, "prepared", None)
     if prepared is None:
-        prepared = prepare(metadata.groups, metadata.block_table, block_size)
+        prepared = prepare(metadata.groups, metadata.block_table, kv_cache.shape[2],
+                           kv_cache.device)
         metadata.prepared = prepared
     return prepared
 
@@ -186,7 +190,7 @@ def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     layers); built here when None."""
     out = torch.zeros_like(q)
     if prepared is None:
-        prepared = prepare(groups, block_table, kv_cache.shape[2])
+        prepared = prepare(groups, block_table, kv_cache.shape[2], kv_cache.device)
     heads, head_dim = q.shape[1], q.shape[2]
     for p in prepared:
         bs = kv_cache.shape[2]

@@ -106,7 +106,7 @@ class TorchPagedImpl(_backend.AttentionImpl):
         n = attn_metadata.num_actual_tokens
         output[:n] = paged_attention(
             query[:n], kv_cache, attn_metadata.block_table, attn_metadata.groups, self.scale,
-            k_rows=key, v_rows=value, prepared=prepared_for(attn_metadata, kv_cache.shape[2]))
+            k_rows=key, v_rows=value, prepared=prepared_for(attn_metadata, kv_cache))
         return output
 
     def do_kv_cache_update(self, layer, key, value, kv_cache, slot_mapping) -> None:

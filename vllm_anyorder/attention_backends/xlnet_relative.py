@@ -71,7 +71,9 @@ class SlotPositions:
         self.table: torch.Tensor | None = None  # on the device of the first slots written
 
     def write(self, slots: torch.Tensor, positions: torch.Tensor) -> None:
-        slots, positions = slots.to(torch.int64), positions.to(torch.int64)
+        device = slots.device if self.table is None else self.table.device
+        slots = slots.to(device=device, dtype=torch.int64)
+        positions = positions[: slots.shape[0]].to(device=device, dtype=torch.int64)
         keep = slots >= 0
         slots, positions = slots[keep], positions[keep]
         if slots.numel() == 0:
@@ -79,14 +81,14 @@ class SlotPositions:
         have = 0 if self.table is None else self.table.numel()
         need = int(slots.max()) + 1
         if need > have:
-            grown = torch.zeros(max(need, 2 * have), dtype=torch.int64, device=slots.device)
+            grown = torch.zeros(max(need, 2 * have), dtype=torch.int64, device=device)
             if self.table is not None:
                 grown[:have] = self.table
             self.table = grown
         self.table[slots] = positions
 
     def read(self, slots: torch.Tensor) -> torch.Tensor:
-        return self.table[slots]
+        return self.table[slots.to(self.table.device)]
 
 
 def paged_relative_attention(q: torch.Tensor, query_positions: torch.Tensor,
@@ -114,5 +116,5 @@ def paged_relative_attention(q: torch.Tensor, query_positions: torch.Tensor,
 
     out = paged_attention(qf + rel.r_w_bias, kv_cache, metadata.block_table, metadata.groups,
                           rel.scale, score_bias=position_scores,
-                          prepared=prepared_for(metadata, kv_cache.shape[2]))
+                          prepared=prepared_for(metadata, kv_cache))
     return out.to(q.dtype)
