@@ -73,14 +73,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def kv_bytes_for(model: str, tokens: int) -> int:
-    """KV-cache bytes that hold ``tokens`` tokens of ``model`` in float32."""
+def kv_bytes_for(model: str, tokens: int, dtype: str = "float32") -> int:
+    """KV-cache bytes that hold ``tokens`` tokens of ``model`` in ``dtype`` (the serving
+    dtype: the cache's entries have its size; bf16 holds twice the tokens of fp32)."""
     cfg = json.loads((Path(model) / "config.json").read_text())
     heads = cfg.get("num_attention_heads") or cfg["n_heads"]  # HF names, or LLaDA's
     head_dim = cfg.get("head_dim") or (cfg.get("hidden_size") or cfg["d_model"]) // heads
     kv_heads = cfg.get("num_key_value_heads") or cfg.get("n_kv_heads") or heads
     layers = cfg.get("num_hidden_layers") or cfg["n_layers"]
-    return 2 * layers * kv_heads * head_dim * 4 * tokens
+    width = 4 if dtype in ("float32", "float") else 2
+    return 2 * layers * kv_heads * head_dim * width * tokens
 
 
 class Server:
@@ -89,7 +91,7 @@ class Server:
 
     def __init__(self, model: str, row: Row, log: Path, *, max_model_len: int, kv_tokens: int,
                  max_num_seqs: int):
-        kv_bytes = kv_bytes_for(model, kv_tokens)
+        kv_bytes = kv_bytes_for(model, kv_tokens, cpu_dtype()[0])
         self.port = _free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         cli = Path(sys.executable).with_name("vllm-anyorder")
