@@ -4,7 +4,8 @@ Guo & Ermon, "Reviving Any-Subset Autoregressive Models with Principled Parallel
 and Speculative Decoding", Sec. 5, Algorithm 1 (self-drafting), App. E.4 Algorithm 2
 (context-bigram drafting), App. A (Lemma 1, Theorems 1-2).
 
-The model is anything with the AS-ARM interface (``vllm_anyorder.model_executor.asarm``)::
+The model is anything with the AS-ARM interface (the plain-PyTorch reference is
+``AnySubsetLlamaForCausalLM`` in ``model_executor/asarm.py``)::
 
     model.content_and_query(tokens [L], positions [L], order [L], query_positions [Q])
         -> logits [Q, V]   # row q: p(x_{query_positions[q]} | tokens decoded before it)
@@ -100,7 +101,7 @@ def target_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """One independent draw per row of probs [R, V] -> [R] long (argmax if one-hot), drawn
-    on the generator's device (a seeded vLLM request's generator lives on the GPU)."""
+    on the generator's device (a seeded request's generator may live on a GPU)."""
     if bool(((probs == 0) | (probs == 1)).all()):  # point masses: no randomness consumed
         return probs.argmax(-1)
     device = generator.device if generator is not None else probs.device
@@ -110,11 +111,12 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tens
 def sample_drafts(logits: torch.Tensor, temperature: torch.Tensor | None, budgets: list[int],
                   generators: list[torch.Generator | None],
                   transform: Callable[[torch.Tensor], torch.Tensor] | None = None):
-    """The drafts of ``assd`` in vLLM (Alg. 1 line 7 under vLLM's sampling transform): each
-    draft independently from q = softmax(transform(logits / T)) of its request, the one-hot
-    argmax where T == 0 -- the transform vLLM's rejection sampler applies to the target, so
-    its rule min(1, p/q) is exact. The exponential race argmax(q / E), E ~ Exp(1), is one draw
-    from q; E comes from the request's generator (seeded requests reproduce) on its device.
+    """The drafts of ``assd`` in the engine (Alg. 1 line 7 under the engine's sampling
+    transform): each draft independently from q = softmax(transform(logits / T)) of its
+    request, the one-hot argmax where T == 0 -- the transform the engine's rejection sampler
+    applies to the target, so its rule min(1, p/q) is exact. The exponential race
+    argmax(q / E), E ~ Exp(1), is one draw of q; each E is drawn with the request's generator
+    (seeded requests reproduce) on that generator's device.
 
     logits [N, V] (N = sum(budgets), request-major); temperature [N] (None: all greedy);
     generators: one per request (None: the global RNG). Returns drafts [N] long and
@@ -122,7 +124,7 @@ def sample_drafts(logits: torch.Tensor, temperature: torch.Tensor | None, budget
     greedy_q = torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
     if temperature is None:
         return logits.argmax(-1), greedy_q
-    greedy = temperature == 0  # vLLM's GREEDY_TEMPERATURE
+    greedy = temperature == 0  # the engine's greedy temperature
     z = logits / torch.where(greedy, torch.ones_like(temperature), temperature)[:, None]
     q = torch.softmax(transform(z) if transform is not None else z, dim=-1)
     noise = torch.empty_like(q)
