@@ -127,12 +127,28 @@ def attention_env(value: str):
             os.environ["VLLM_ANYORDER_ATTENTION"] = old
 
 
-def attention_impls(llm) -> list[str]:
-    """The attention implementation class of every plugin attention layer, per rank."""
+def other_attention_fixture(kind: str, before=None):
+    """A module-scoped autouse fixture: the module's engines run the implementation ``auto``
+    does not pick for ``kind`` (``before()`` runs first, e.g. to clear shared records)."""
+    @pytest.fixture(scope="module", autouse=True)
+    def _other_attention():
+        if before is not None:
+            before()
+        with attention_env(other_attention(kind)):
+            yield
+
+    return _other_attention
+
+
+def attention_impls(llm) -> list[list[str]]:
+    """The attention implementation (``torch`` / ``cpu_op``) of the model's attention layers,
+    read from each rank's impl classes."""
+    names = {"TorchPagedImpl": "torch", "CPUAttentionBackendImpl": "cpu_op"}
+
     def read(worker):
         from vllm.model_executor.layers.attention import Attention
 
         return sorted({type(m.impl).__name__ for m in worker.model_runner.model.modules()
                        if isinstance(m, Attention)})
 
-    return llm.collective_rpc(read)
+    return [[names.get(c, c) for c in rank] for rank in llm.collective_rpc(read)]

@@ -6,7 +6,7 @@ batches, 1-token prompts), infill == the sequential reference, and TP=2."""
 
 import pytest
 
-from e2e.conftest import attention_env, attention_impls, other_attention
+from e2e.conftest import attention_impls, other_attention, other_attention_fixture
 from e2e.test_assd_greedy import (  # noqa: F401  (fixtures and tests collected here again)
     cond,
     engines,
@@ -20,13 +20,7 @@ from e2e.test_assd_tp import test_tp2_assd_equals_single_process  # noqa: F401
 
 pytestmark = pytest.mark.e2e
 IMPL = other_attention("asarm")
-CLASSES = {"torch": "TorchPagedImpl", "cpu_op": "CPUAttentionBackendImpl"}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _attention():
-    with attention_env(IMPL):
-        yield
+_attention = other_attention_fixture("asarm")
 
 
 @pytest.fixture(scope="module")
@@ -46,4 +40,4 @@ def asarm(tmp_path_factory):
 
 
 def test_the_engine_runs_that_implementation(engines):
-    assert attention_impls(engines("ngram")) == [[CLASSES[IMPL]]]
+    assert attention_impls(engines("ngram")) == [[IMPL]]

@@ -6,7 +6,7 @@ TP=2. Which implementation ran is read from the workers."""
 
 import pytest
 
-from e2e.conftest import attention_env, attention_impls, other_attention
+from e2e.conftest import attention_impls, other_attention, other_attention_fixture
 from e2e.test_dllm_decoding import (  # noqa: F401  (fixtures and tests collected here again)
     TRACES,
     engine,
@@ -21,15 +21,9 @@ from e2e.test_dllm_tp import test_tp2_dllm_equals_the_reference  # noqa: F401
 
 pytestmark = pytest.mark.e2e
 IMPL = other_attention("dllm")
-CLASSES = {"torch": "TorchPagedImpl", "cpu_op": "CPUAttentionBackendImpl"}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _attention():
-    TRACES.clear()  # node logits recorded by this module's ssd runs, not an earlier module's
-    with attention_env(IMPL):
-        yield
+# node logits checked here are this module's ssd runs', not an earlier module's
+_attention = other_attention_fixture("dllm", before=TRACES.clear)
 
 
 def test_the_engine_runs_that_implementation(engine):
-    assert attention_impls(engine("llada", "ssd")) == [[CLASSES[IMPL]]]
+    assert attention_impls(engine("llada", "ssd")) == [[IMPL]]

@@ -160,7 +160,7 @@ def _prepare(groups: list[RowGroup], block_table: torch.Tensor, bs: int) -> Prep
     bias = torch.zeros(visible.shape, dtype=torch.float32, device=device)
     bias = bias.masked_fill(~visible & seen[..., None], float("-inf"))[:, None]
     rows = torch.where(row_ok, first[:, None] + r[None], 0)
-    return PreparedGroups(groups, rows, row_ok, slots, own, is_own if own is not None else None,
+    return PreparedGroups(groups, rows, row_ok, slots, own, None if own is None else is_own,
                           bias, seen)
 
 
@@ -191,9 +191,8 @@ def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     out = torch.zeros_like(q)
     if prepared is None:
         prepared = prepare(groups, block_table, kv_cache.shape[2], kv_cache.device)
-    heads, head_dim = q.shape[1], q.shape[2]
+    heads, head_dim, bs = q.shape[1], q.shape[2], kv_cache.shape[2]
     for p in prepared:
-        bs = kv_cache.shape[2]
         kv = kv_cache[p.slots // bs, :, p.slots % bs].float()  # [G, S, Hkv, 2D]
         k, v = kv[..., :head_dim], kv[..., head_dim:]
         if p.own is not None:

@@ -45,7 +45,6 @@ class TorchPagedMetadata:
     groups: list[RowGroup]
     block_table: torch.Tensor
     slot_mapping: torch.Tensor
-    causal: Any = True
     prepared: list[PreparedGroups] | None = None
 
 
@@ -73,7 +72,7 @@ class TorchPagedMetadataBuilder(_backend.AttentionMetadataBuilder):
               fast_build: bool = False) -> TorchPagedMetadata:
         cm = common_attn_metadata
         return TorchPagedMetadata(int(cm.num_actual_tokens), row_groups(cm),
-                                  cm.block_table_tensor, cm.slot_mapping, cm.causal)
+                                  cm.block_table_tensor, cm.slot_mapping)
 
 
 class TorchPagedImpl(_backend.AttentionImpl):
