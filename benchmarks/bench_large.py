@@ -6,7 +6,8 @@ engine overhead per step (~5-8 ms), so every method's gain is capped by engine o
 the specdiff / draft_model drafters cost about as much as the target. Here the target forward
 dominates a step and the drafters (models/ar-drafter, models/mdlm-drafter, unchanged) are
 several times cheaper than it. Rows: no-spec; ngram k; draft_model k (AR drafter); jacobi n=k
-K=2; specdiff gamma=k T=k/4 (masked-diffusion drafter); and, when the Jacobi-distilled large
+K=2; specdiff gamma=k T=k/4 (masked-diffusion drafter, and its version distilled from this
+target, models/mdlm-drafter-distilled, when it exists); and, when the Jacobi-distilled large
 target exists (models/ar-target-large-jacobi, see training/README.md), its own no-spec and
 jacobi n=16 rows. One engine alive at a time (benchmarks/compare.py), greedy, dtype by CPU.
 
@@ -31,6 +32,8 @@ LARGE_DISTILLED = REPO / "models" / "ar-target-large-jacobi"
 def rows(k: int) -> list[Config]:
     out = [C.no_spec(), C.ngram(k), C.draft_model(k), C.jacobi(k),
            C.specdiff(k, max(1, k // 4))]
+    if C.MDLM_DISTILLED.exists():
+        out.append(C.specdiff(k, max(1, k // 4), C.MDLM_DISTILLED, label=" distilled drafter"))
     if LARGE_DISTILLED.exists():
         out.append(Config("no-spec (distilled)", model=LARGE_DISTILLED))
         out.append(Config(**{**vars(C.jacobi(16, model=LARGE_DISTILLED, label=" distilled")),

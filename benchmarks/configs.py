@@ -9,6 +9,7 @@ from benchmarks.compare import Config, assd_probe, drafter_probe
 
 AR_DRAFTER = REPO / "models" / "ar-drafter"
 MDLM_DRAFTER = REPO / "models" / "mdlm-drafter"
+MDLM_DISTILLED = REPO / "models" / "mdlm-drafter-distilled"  # distilled from ar-target-large
 ASARM = REPO / "models" / "asarm"
 
 
@@ -34,11 +35,11 @@ def jacobi(n: int, blocks: int = 2, model: Path | None = None, label: str = "") 
                   {"anyorder": {"jacobi": {"num_blocks": blocks}}}, model=model, family=family, k=n)
 
 
-def specdiff(gamma: int, steps: int, drafter: Path = MDLM_DRAFTER) -> Config:
-    return Config(f"specdiff gamma={gamma} T={steps}",
+def specdiff(gamma: int, steps: int, drafter: Path = MDLM_DRAFTER, label: str = "") -> Config:
+    return Config(f"specdiff gamma={gamma} T={steps}{label}",
                   {"method": "specdiff", "model": str(drafter), "num_speculative_tokens": gamma},
                   {"anyorder": {"specdiff": {"steps": steps}}}, probe=drafter_probe,
-                  family=f"specdiff T={steps}", k=gamma)
+                  family=f"specdiff T={steps}{label}", k=gamma)
 
 
 def assd(k: int, drafter: str = "self", model: Path = ASARM,

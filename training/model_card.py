@@ -258,3 +258,60 @@ First benchmark prompt (48 tokens max), then 16 drafted tokens in 8 steps:
 
 {code_pair(prompt, sample)}"""
     (out / "MODEL_CARD.md").write_text(text)
+
+
+def write_distilled_card(args, model, state: dict) -> None:
+    """``MODEL_CARD.md`` for the drafter fine-tuned by ``training.distill_mdlm``."""
+    out: Path = args.out
+    n_params = sum(p.numel() for p in model.parameters())
+    size = (out / model.spec.weights_file).stat().st_size / 1e6
+    curve = "\n".join(f"| {e['step']} | {e['elapsed_s'] / 60:.1f} | {e['train_loss']:.3f} | "
+                      f"{e['val_loss']:.3f} | {e['val_acc_first']:.3f} | {e['val_acc_all']:.3f} |"
+                      for e in state["evals"])
+    rows = "\n".join(f"| {name} | {d['acc_by_position']} | {d['mean_accepted_prefix']:.2f} |"
+                     for name, d in (("before (`--init`)", state["init_drafting"]),
+                                     ("after (this model)", state["drafting"])))
+    prompt, sample = drafter_sample(model, args.tokenizer)
+    text = f"""# {out.name}
+
+The {n_params / 1e6:.2f}M-parameter MDLM-format drafter `{rel_name(args.init)}` fine-tuned so that its drafts
+match the greedy continuations of the AR target `{rel_name(args.teacher)}` (distillation on the
+target's own outputs): the drafter of `method="specdiff"` for that target. Same format, model
+and vocabulary as the drafter it starts from (see its card); `{model.spec.weights_file}` {size:.2f} MB (bf16).
+How it was made: `training/distill_mdlm.py` (its docstring states the objective). Drafts never
+change what speculative decoding outputs, only how many tokens each target forward accepts.
+
+## Data and training
+
+{state['train_rows']:,} + {args.val_rows} held-out train-split contexts of {args.context_len} tokens at seeded
+random offsets, each with the teacher's greedy continuation of {args.gamma} tokens (bf16
+{'off' if args.no_bf16 else 'on'}). AdamW, peak LR {args.lr}, {args.warmup} warmup steps, cosine to
+{args.min_lr_ratio}x, batch {args.batch_size}, seed {args.seed}; {state['step']} steps,
+{state['masked_tokens_seen']:,} masked tokens with a loss, {state['elapsed_s'] / 60:.1f} min on
+{args.threads} thread(s) of a {_cpu_name()} ({platform.machine()}), torch {torch.__version__}.
+Command: `{state['command']}`
+
+Held-out rows, 8 continuation tokens all masked, one forward (before: {state['init_val']}):
+
+| step | minutes | train loss | val loss | first-position accuracy | all-position accuracy |
+|---|---|---|---|---|---|
+{curve}
+
+## Drafting check (the saved bf16 model, held-out rows)
+
+`core.specdiff.draft`, gamma 8, T 2, confidence schedule, against the teacher's continuation:
+
+| drafter | accuracy by position | mean accepted prefix (of 8) |
+|---|---|---|
+{rows}
+
+## Greedy draft sample
+
+{code_pair(prompt, sample)}"""
+    (out / "MODEL_CARD.md").write_text(text)
+
+
+def rel_name(path: Path) -> str:
+    path = Path(path).resolve()
+    root = Path(__file__).resolve().parent.parent
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
