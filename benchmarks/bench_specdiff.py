@@ -5,7 +5,7 @@ Reports per configuration: tokens per target forward, acceptance by position, dr
 per engine step (ms, measured inside the worker), min/median wall clock over rounds (one
 engine alive at a time), speed-up vs no speculation, exact match vs the no-speculation greedy output.
 
-    .venv/bin/python benchmarks/bench_specdiff.py [--grid 8:2 8:4 16:4] [--batch 1]
+    .venv/bin/python benchmarks/bench_specdiff.py [--grid 8:2 8:4 16:4 8:1:56] [--batch 1]
 """
 
 import argparse
@@ -25,7 +25,7 @@ def main() -> int:
     ap.add_argument("--drafter", type=Path, default=C.MDLM_DRAFTER)
     ap.add_argument("--ar-drafter", type=Path, default=C.AR_DRAFTER)
     ap.add_argument("--grid", nargs="+", default=["8:2", "8:4", "16:4", "16:8"],
-                    help="specdiff gamma:T pairs")
+                    help="specdiff gamma:T or gamma:T:W (W: drafter context window)")
     ap.add_argument("--ar-k", type=int, nargs="+", default=[4, 8])
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=128)
@@ -37,7 +37,7 @@ def main() -> int:
 
     grid = [tuple(int(x) for x in pair.split(":")) for pair in args.grid]
     rows = [C.no_spec()] + [C.draft_model(k, args.ar_drafter) for k in args.ar_k]
-    rows += [C.specdiff(gamma, steps, args.drafter) for gamma, steps in grid]
+    rows += [C.specdiff(g[0], g[1], args.drafter, window=g[2] if len(g) > 2 else 0) for g in grid]
     prompts = load_prompts(args.prompts)
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
     compare("specdiff", args.model, rows, prompts, params, repeats=args.repeats, batch=args.batch,

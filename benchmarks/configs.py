@@ -35,10 +35,14 @@ def jacobi(n: int, blocks: int = 2, model: Path | None = None, label: str = "") 
                   {"anyorder": {"jacobi": {"num_blocks": blocks}}}, model=model, family=family, k=n)
 
 
-def specdiff(gamma: int, steps: int, drafter: Path = MDLM_DRAFTER, label: str = "") -> Config:
+def specdiff(gamma: int, steps: int, drafter: Path = MDLM_DRAFTER, label: str = "",
+             window: int = 0) -> Config:
+    """``window`` 0: the drafter's whole length minus gamma (the method's default)."""
+    label = (f" W={window}" if window else "") + label
     return Config(f"specdiff gamma={gamma} T={steps}{label}",
                   {"method": "specdiff", "model": str(drafter), "num_speculative_tokens": gamma},
-                  {"anyorder": {"specdiff": {"steps": steps}}}, probe=drafter_probe,
+                  {"anyorder": {"specdiff": {"steps": steps, "context_window": window}}},
+                  probe=drafter_probe,
                   family=f"specdiff T={steps}{label}", k=gamma)
 
 
