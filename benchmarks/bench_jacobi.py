@@ -19,8 +19,9 @@ from benchmarks.common import DEFAULT_MODEL, load_prompts  # noqa: E402
 from benchmarks.compare import compare  # noqa: E402
 
 
-def configs(blocks, k_blocks):
-    return [C.no_spec(), C.ngram(8)] + [C.jacobi(n, k_blocks) for n in blocks]
+def configs(blocks, k_blocks, step_drafts=(0,)):
+    return [C.no_spec(), C.ngram(8)] + [C.jacobi(n, k_blocks, step_drafts=s)
+                                        for n in blocks for s in step_drafts]
 
 
 def main() -> int:
@@ -30,18 +31,21 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--blocks", type=int, nargs="+", default=[8, 16])
     ap.add_argument("--num-blocks", type=int, default=2)
+    ap.add_argument("--step-drafts", type=int, nargs="+", default=[0],
+                    help="jacobi.step_drafts values (0 = no limit)")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--batch", type=int, default=0, help="requests submitted together (0 = all)")
+    ap.add_argument("--batch", type=int, nargs="+", default=[0],
+                    help="requests submitted together (0 = all); several: each timed per row-run")
     args = ap.parse_args()
 
     from vllm import SamplingParams
 
     prompts = load_prompts(args.prompts)
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
-    compare("jacobi", args.model, configs(args.blocks, args.num_blocks), prompts, params,
+    compare("jacobi", args.model, configs(args.blocks, args.num_blocks, args.step_drafts), prompts, params,
             repeats=args.repeats, batch=args.batch,
             describe=f"model {args.model.name}; {len(prompts)} prompts x {args.max_tokens} tokens "
-                     f"(batch {args.batch or 'all'}), greedy")
+                     f"(batch {', '.join(str(b or 'all') for b in args.batch)}), greedy")
     return 0
 
 

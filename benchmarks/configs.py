@@ -29,10 +29,13 @@ def draft_model(k: int, drafter: Path = AR_DRAFTER) -> Config:
                   family="draft_model (AR drafter)", k=k)
 
 
-def jacobi(n: int, blocks: int = 2, model: Path | None = None, label: str = "") -> Config:
+def jacobi(n: int, blocks: int = 2, model: Path | None = None, label: str = "",
+           step_drafts: int = 0) -> Config:
+    label = (f" step_drafts={step_drafts}" if step_drafts else "") + label
     family = f"jacobi K={blocks}{label}"
+    options = {"num_blocks": blocks, **({"step_drafts": step_drafts} if step_drafts else {})}
     return Config(f"jacobi n={n} K={blocks}{label}", {"method": "jacobi", "num_speculative_tokens": n},
-                  {"anyorder": {"jacobi": {"num_blocks": blocks}}}, model=model, family=family, k=n)
+                  {"anyorder": {"jacobi": options}}, model=model, family=family, k=n)
 
 
 def specdiff(gamma: int, steps: int, drafter: Path = MDLM_DRAFTER, label: str = "",

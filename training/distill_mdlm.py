@@ -95,6 +95,8 @@ def teacher_data(args, stream: torch.Tensor) -> torch.Tensor:
     teacher = AutoModelForCausalLM.from_pretrained(str(args.teacher), dtype=dtype).eval()
     made = sum(len(r) for r in rows)
     bar = tqdm(total=args.contexts, initial=made, desc="teacher continuations", mininterval=10)
+    args.ckpt_dir.mkdir(parents=True, exist_ok=True)
+    saved_at = time.time()
     while made < args.contexts:
         ctx = contexts[made : made + args.teacher_batch]
         out = teacher.generate(ctx, max_new_tokens=args.gamma, min_new_tokens=args.gamma,
@@ -102,8 +104,9 @@ def teacher_data(args, stream: torch.Tensor) -> torch.Tensor:
         rows.append(out.to(torch.int16))
         made += len(ctx)
         bar.update(len(ctx))
-        args.ckpt_dir.mkdir(parents=True, exist_ok=True)
-        torch.save({"meta": meta, "rows": rows}, path)
+        if made >= args.contexts or time.time() - saved_at > 60:  # resumable, cheaply
+            torch.save({"meta": meta, "rows": rows}, path)
+            saved_at = time.time()
     bar.close()
     return torch.cat(rows).long()
 

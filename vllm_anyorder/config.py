@@ -39,6 +39,7 @@ class JacobiConfig:
     pool_size: int = 4
     spawn_ratio: float = 0.85
     recycle: str = "pool_first"
+    step_drafts: int = 0  # drafts per engine step over the whole batch; 0 = no limit
 
     def validate(self) -> None:
         from vllm_anyorder.core.jacobi import RECYCLE_RULES
@@ -46,6 +47,7 @@ class JacobiConfig:
         _check_range("block_size (num_speculative_tokens)", self.block_size, 1, MAX_SPEC_LEN)
         _check_range("num_blocks", self.num_blocks, 1, 8)
         _check_range("pool_size", self.pool_size, 0, 64)
+        _check_range("step_drafts", self.step_drafts, 0, 1 << 20)
         ratio = self.spawn_ratio
         if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0.0 < ratio <= 1.0:
             raise AnyOrderConfigError(f"jacobi.spawn_ratio must be in (0, 1], got {self.spawn_ratio!r}")

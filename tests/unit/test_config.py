@@ -44,6 +44,8 @@ def test_unknown_option_is_rejected_with_the_valid_ones():
     ({"spawn_ratio": 1.5}, "spawn_ratio"),
     ({"spawn_ratio": float("nan")}, "spawn_ratio"),
     ({"recycle": "bogus"}, "recycle"),
+    ({"step_drafts": -1}, "step_drafts"),
+    ({"step_drafts": "8"}, "step_drafts"),
     ({"num_blocks": True}, "num_blocks"),  # bool is an int subclass: must still be refused
     ({"pool_size": False}, "pool_size"),
     ({"num_blocks": 2.0}, "num_blocks"),

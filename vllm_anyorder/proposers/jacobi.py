@@ -29,6 +29,7 @@ class JacobiProposer(AnyOrderProposer):
             max_chain=self.max_chain,
             recycle=cfg.recycle,
         )
+        self.step_drafts = cfg.step_drafts
         self._states: dict[str, JacobiState] = {}
         self._verified: dict[str, tuple[list[int], list[int]]] = {}
 
@@ -60,6 +61,7 @@ class JacobiProposer(AnyOrderProposer):
         req_ids = self.batch_req_ids()
         if len(req_ids) != len(sampled_token_ids):
             return [[] for _ in sampled_token_ids]
+        per_request = self._per_request_cap(sum(1 for c in sampled_token_ids if c))
         chains: list[list[int]] = []
         for i, req_id in enumerate(req_ids):
             committed = list(sampled_token_ids[i])
@@ -71,10 +73,19 @@ class JacobiProposer(AnyOrderProposer):
             if state is None:
                 state = JacobiState(self.settings, token_ids_cpu[i, :n_ctx].tolist())
                 self._states[req_id] = state
-            chains.append(state.next_chain(self.max_model_len - n_ctx))
+            chains.append(state.next_chain(min(per_request, self.max_model_len - n_ctx)))
         self.drop_departed(self._states)  # finished, aborted or preempted
         self._verified = {}
         return chains
+
+    def _per_request_cap(self, drafting: int) -> int:
+        """Chain cap when ``step_drafts`` bounds the drafts verified per step: an even share
+        (at least 1) for each of the ``drafting`` requests. On hardware where verification
+        rows cost real compute (2 CPU cores) a batch of full chains costs more than it saves;
+        the state keeps its iterate beyond the cap, so nothing is lost between steps."""
+        if not self.step_drafts or not drafting:
+            return self.max_chain
+        return max(1, self.step_drafts // drafting)
 
     def _advance(self, req_id: str, committed: list[int], n_ctx: int) -> JacobiState | None:
         """Fold this step into the request's state; None if it must (re)start."""

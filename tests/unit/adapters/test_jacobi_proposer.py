@@ -93,10 +93,11 @@ def committed_rows(chain, m, salt=0):
     return rows, rows[: m + 1]
 
 
-def drive(p, run, batch, refs, chains, steps):
+def drive(p, run, batch, refs, chains, steps, cap=MAX_LEN):
     """Verification steps on the proposer and on reference JacobiStates side by side.
 
     steps: per step, per request, how many drafts get accepted (None: all, plus a bonus).
+    cap: drafts per request the proposer may verify (step_drafts' share).
     Asserts each request keeps its state and every next chain equals the reference's."""
     req_ids = run.input_batch.req_ids
     for accepts in steps:
@@ -110,7 +111,7 @@ def drive(p, run, batch, refs, chains, steps):
         assert all(p._states[r] is st for r, st in zip(req_ids, states))  # kept, not restarted
         for i, ref in enumerate(refs):
             ref.advance(chains[i], greedy[i], committed[i])
-        assert new_chains == [r.next_chain(MAX_LEN - n) for r, n in zip(refs, batch.lens)]
+        assert new_chains == [r.next_chain(min(cap, MAX_LEN - n)) for r, n in zip(refs, batch.lens)]
         chains = new_chains
     return chains
 
@@ -344,3 +345,19 @@ def test_propose_without_an_observation_restarts_instead_of_crashing():
     batch.commit(0, [chain[0], 6])
     p.propose([[chain[0], 6]], batch.num_tokens, batch.tokens)  # observation was consumed
     assert p._states["a"] is not old and p._states["a"].base == batch.lens[0]
+
+
+def test_step_drafts_shares_the_drafts_of_a_step_across_the_batch():
+    # step_drafts 6 over 2 drafting requests: at most 3 drafts each; the iterates beyond the
+    # cap stay in the states and steps still match JacobiStates driven by hand with that cap
+    p = make_proposer(step_drafts=6)
+    run = runner("a", "b")
+    ctx = [[3, 1, 4, 1, 5, 9, 2, 6], [2, 7, 1, 8, 2, 8]]
+    batch = Batch(*ctx)
+    chains = prefill(p, run, batch, [5, 1])
+    refs = [JacobiState(p.settings, c + [t]) for c, t in zip(ctx, [5, 1])]
+    assert chains == [r.next_chain(3) for r in refs] and all(len(c) == 3 for c in chains)
+    assert len(p._states["a"].canvas) == 8
+    drive(p, run, batch, refs, chains, [[1, 3], [None, 0], [0, None], [2, 2]], cap=3)
+    assert p._per_request_cap(1) == 6 and p._per_request_cap(8) == 1  # never below 1
+    assert make_proposer()._per_request_cap(8) == p.max_chain  # 0: no limit
