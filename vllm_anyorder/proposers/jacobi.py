@@ -42,7 +42,9 @@ class JacobiProposer(AnyOrderProposer):
         """Split the verification rows per request: drafts [k] and argmax [k+1]."""
         super().observe_verification(view, logits, spec_decode_metadata)
         req_ids = self.batch_req_ids()
-        greedy = logits.argmax(dim=-1).tolist()  # [sum(k_i + 1)]
+        # [sum(k_i + 1)]; argmax in fp32: exact (bf16 -> fp32 is lossless, ties keep the first
+        # index) and on CPU 5x cheaper than torch's bf16 argmax (0.19 vs 0.90 ms for 136 x 4096)
+        greedy = logits.float().argmax(dim=-1).tolist()
         if spec_decode_metadata is None:
             counts, drafts = [0] * len(req_ids), []
         else:
