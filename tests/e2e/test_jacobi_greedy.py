@@ -1,6 +1,8 @@
 """Greedy `jacobi` in vLLM is token-for-token identical to the same engine without
 speculation: batch 1, batch >= 8 with mixed prompt lengths, EOS, stop strings, max_tokens
-boundaries, prefix caching and chunked prefill on."""
+boundaries, prefix caching and chunked prefill on; with and without ``step_drafts`` (the
+random-model engine shares 24 drafts per step: uncapped at batch 1, 1-2 per request in the
+batches of 10 and 20)."""
 
 import pytest
 
@@ -13,6 +15,7 @@ COMMON = dict(enable_prefix_caching=True, enable_chunked_prefill=True,
               max_num_batched_tokens=96, max_num_seqs=16)
 JACOBI = {"method": "jacobi", "num_speculative_tokens": 8}
 OPTIONS = {"anyorder": {"jacobi": {"num_blocks": 2, "spawn_ratio": 0.5}}}
+STEP_DRAFTS = {"random": 24, "cyclic": 0}
 
 PROMPTS = [
     "def f(x): return x",
@@ -34,7 +37,9 @@ def pair(request):
     rejected) and a looping trained one (drafts mostly accepted, blocks promoted)."""
     model = request.getfixturevalue({"random": "tiny_llama", "cyclic": "cyclic_llama"}[request.param])
     base = make_llm(model, **COMMON)
-    jac = make_llm(model, speculative_config=JACOBI, additional_config=OPTIONS, **COMMON)
+    options = {"anyorder": {"jacobi": {**OPTIONS["anyorder"]["jacobi"],
+                                       "step_drafts": STEP_DRAFTS[request.param]}}}
+    jac = make_llm(model, speculative_config=JACOBI, additional_config=options, **COMMON)
     yield base, jac
     shutdown(jac)
     shutdown(base)
