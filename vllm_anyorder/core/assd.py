@@ -47,7 +47,7 @@ from typing import Callable, Protocol, Sequence
 
 import torch
 
-from vllm_anyorder.core.assd_drafters import DRAFTERS, AssdDrafter
+from .assd_drafters import DRAFTERS, AssdDrafter
 
 
 class AsArm(Protocol):
