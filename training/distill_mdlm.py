@@ -15,7 +15,7 @@ Two stages, both resumable (``--resume``):
 1. **Teacher data** (``<ckpt-dir>/teacher_data.pt``): ``--contexts`` windows of
    ``--context-len`` tokens at seeded random offsets of the train split, each followed by the
    teacher's greedy continuation of ``--gamma`` tokens (transformers ``generate``, bf16 unless
-   ``--no-bf16``; EOS is not allowed inside the continuation). Saved every chunk.
+   ``--no-bf16``; EOS is not allowed inside the continuation). Saved once a minute.
 2. **Fine-tuning** (``training.loop``): each row is context + continuation; a suffix of g ~
    U{``--min-suffix``..gamma} continuation tokens is kept (later keys excluded), each of them
    masked with probability t ~ U(1e-3, 1) (at least one), so the model sees every partly
@@ -90,7 +90,7 @@ def teacher_data(args, stream: torch.Tensor) -> torch.Tensor:
     contexts = random_windows(stream, args.context_len, args.contexts,
                               torch.Generator().manual_seed(args.seed + 7))
     if len(rows) >= args.contexts:
-        return torch.cat(rows)[: args.contexts]
+        return torch.cat(rows)[: args.contexts].long()
     dtype = torch.float32 if args.no_bf16 else torch.bfloat16
     teacher = AutoModelForCausalLM.from_pretrained(str(args.teacher), dtype=dtype).eval()
     made = sum(len(r) for r in rows)

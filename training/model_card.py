@@ -18,6 +18,7 @@ import torch
 
 from benchmarks.common import cpu_model as _cpu_name
 from training.data import read_manifest
+from training.loop import rel
 
 
 def _dir_size(path: Path) -> int:
@@ -274,8 +275,8 @@ def write_distilled_card(args, model, state: dict) -> None:
     prompt, sample = drafter_sample(model, args.tokenizer)
     text = f"""# {out.name}
 
-The {n_params / 1e6:.2f}M-parameter MDLM-format drafter `{rel_name(args.init)}` fine-tuned so that its drafts
-match the greedy continuations of the AR target `{rel_name(args.teacher)}` (distillation on the
+The {n_params / 1e6:.2f}M-parameter MDLM-format drafter `{rel(args.init)}` fine-tuned so that its drafts
+match the greedy continuations of the AR target `{rel(args.teacher)}` (distillation on the
 target's own outputs): the drafter of `method="specdiff"` for that target. Same format, model
 and vocabulary as the drafter it starts from (see its card); `{model.spec.weights_file}` {size:.2f} MB (bf16).
 How it was made: `training/distill_mdlm.py` (its docstring states the objective). Drafts never
@@ -310,8 +311,3 @@ Held-out rows, 8 continuation tokens all masked, one forward (before: {state['in
 {code_pair(prompt, sample)}"""
     (out / "MODEL_CARD.md").write_text(text)
 
-
-def rel_name(path: Path) -> str:
-    path = Path(path).resolve()
-    root = Path(__file__).resolve().parent.parent
-    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
