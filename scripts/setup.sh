@@ -23,3 +23,9 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
 fi
 "$PY" -c "import transformers, vllm, vllm_anyorder" 2>/dev/null || {
   echo "[setup] broken environment: remove .venv and run scripts/setup.sh again" >&2; exit 1; }
+# Models stored as low-rank adapters of a committed base (training/lora.py), merged here once
+# per adapter version: models/ar-target-large-jacobi from models/ar-target-large-jacobi-lora.
+for adapter in models/*-lora; do
+  [ -f "$adapter/adapter_config.json" ] || continue
+  "$PY" -m training.lora build "$adapter" --if-stale
+done

@@ -65,7 +65,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from training import loop  # noqa: E402
+from training import lora, loop  # noqa: E402
 from training.data import REPO_ROOT  # noqa: E402
 from training.loop import rel  # noqa: E402
 from training.train_ar import evaluate, lm_loss, val_windows  # noqa: E402
@@ -93,12 +93,22 @@ def parse_args(argv=None):
       help="self: the trained model's clean-context logits, detached (Eq. 8, theta- = "
            "stopgrad(theta)); frozen: the base model's (a fixed copy)")
     a("--val-contexts", type=int, default=32, help="trajectory contexts held out")
+    a("--lora-rank", type=int, default=0,
+      help="train low-rank adapters of this rank instead of every weight (0: full fine-tune); "
+           "the adapter is saved to <out>-lora/ and the merged model to --out "
+           "(training/lora.py)")
+    a("--lora-alpha", type=float, default=None, help="LoRA alpha (default: 2 x rank)")
     loop.add_loop_args(ap, eval_every=100, eval_windows=48, lr=1e-3)
     a("--card-only", action="store_true",
       help="rewrite MODEL_CARD.md of --out from its training_log.json (no training)")
     args = loop.parse(ap, argv, no_budget_with="card_only")
     args.tokenizer = args.base
+    args.lora_alpha = args.lora_alpha or 2.0 * args.lora_rank
     return args
+
+
+def adapter_dir(args) -> Path:
+    return args.out.with_name(args.out.name + "-lora")
 
 
 # ----------------------------------------------------------------------------- data
@@ -314,7 +324,7 @@ def card_text(args, state: dict) -> tuple[str, str, str]:
     intro = (f"`{rel(args.base)}` after **progressive consistency distillation** (pcLLM / Jacobi "
              f"Forcing, Sec. 3.1)\non its own Jacobi trajectories: the same Llama, fine-tuned so "
              f"that Jacobi decoding of blocks\nof {ti['block']} tokens converges in fewer "
-             f"iterations. It is a different model from ar-target (its greedy\noutput differs); "
+             f"iterations. It is a different model from {args.base.name} (its greedy\noutput differs); "
              f"Jacobi decoding is lossless with respect to *this* model's greedy output.")
     base = state["base_val_loss"]
     teacher = ("the same forward's logits at the clean twin (stop-gradient, theta- of Eq. 8)"
@@ -345,7 +355,7 @@ Objective (Eq. 9) `L = L_pc + {args.ar_weight} * L_AR`:
 AdamW (betas 0.9/0.95, weight decay {args.weight_decay}, clip {args.grad_clip}), peak LR {args.lr},
 {args.warmup} warmup steps, cosine to {args.min_lr_ratio}x, bf16 autocast {'off' if args.no_bf16 else 'on'},
 batch {args.batch_size} packed sequences + {args.ar_batch} x {args.seq_len} real tokens, seed {args.seed}.
-Not implemented: the second round with trajectories of the distilled model and larger blocks.
+{lora_text(args, state)}Not implemented: the second round with trajectories of the distilled model and larger blocks.
 "tokens seen" below counts the real-text tokens of L_AR (prompts included)."""
     def row(e: dict) -> str:
         train = "-" if math.isnan(e["l_pc"]) else f"{e['l_pc']:.3f}"
@@ -369,17 +379,27 @@ the positions whose context contains a wrong token; at those positions `self acc
 the argmax under the noisy context equals the model's own argmax under the clean context
 (what Jacobi decoding needs), `acc vs y*` = how often it equals the base model's fixed point;
 `clean vs y*` = how often the model's clean-context argmax still equals the base model's
-greedy token (its drift away from ar-target's greedy output). Step 0 = the base model.
+greedy token (its drift away from the base model's greedy output). Step 0 = the base model.
 
 | step | train L_pc (EMA) | val L_pc | KL noisy | self acc | acc vs y* | clean vs y* | val AR loss (subset) |
 |---|---|---|---|---|---|---|---|
 {rows}
 
 Validation loss, all {state['val_tokens']:,} validation tokens, saved bf16 weights, bf16 autocast:
-**{fv:.4f}** nats/token (ppl {math.exp(fv):.2f}) vs **{base:.4f}** for `ar-target`
+**{fv:.4f}** nats/token (ppl {math.exp(fv):.2f}) vs **{base:.4f}** for `{args.base.name}`
 ({fv - base:+.4f}).
 """
     return intro, training, extra
+
+
+def lora_text(args, state: dict) -> str:
+    if not args.lora_rank:
+        return ""
+    return (f"Low-rank adapters (`training/lora.py`, rank {args.lora_rank}, alpha "
+            f"{args.lora_alpha:g}) on every attention and MLP projection, the base frozen: "
+            f"{state['lora_params']:,} trained parameters, stored in "
+            f"`{rel(adapter_dir(args))}/` (bf16); `python -m training.lora build` merges them "
+            f"into the base to give this model (the project commits one larger model).\n")
 
 
 def write_card(model, args, state: dict) -> None:
@@ -417,6 +437,8 @@ def main(argv=None) -> None:
         write_card(LlamaForCausalLM.from_pretrained(str(args.out), dtype=torch.float32), args,
                    state)
         print(f"rewrote {args.out / 'MODEL_CARD.md'}")
+        if args.lora_rank:
+            copy_carried(args)
         return
 
     train_samples, val_samples, traj_info = load_trajectories(args.traj, args.val_contexts)
@@ -430,11 +452,13 @@ def main(argv=None) -> None:
     if args.teacher == "frozen":
         teacher = LlamaForCausalLM.from_pretrained(str(args.base), dtype=torch.float32).eval()
         teacher.requires_grad_(False)
+    lora_params = lora.attach(model, args.lora_rank, args.lora_alpha, args.seed) \
+        if args.lora_rank else None
     opt = loop.make_optimizer(model, args)
     ckpt_path = args.ckpt_dir / "last.pt"
     state = loop.new_state(args, "train_jacobi", train_loss=None, l_pc=None, l_ar=None, evals=[],
                            train_tokens=len(stream), val_tokens=int(val[:, 1:].numel()),
-                           trajectories=traj_info)
+                           trajectories=traj_info, lora_params=lora_params)
     if not (args.resume and loop.resume(ckpt_path, model, opt, state, first_command=True)):
         t0 = time.time()
         state["base_val_loss"] = evaluate(model, val, bf16)
@@ -474,6 +498,11 @@ def main(argv=None) -> None:
                       postfix=losses_on_bar, report=False):
         return
     t0 = time.time()
+    if args.lora_rank:  # the adapter as stored, then the merged weights (lora.build's)
+        lora.save_adapter(model, adapter_dir(args), {
+            "base": rel(args.base), "built": rel(args.out), "rank": args.lora_rank,
+            "alpha": args.lora_alpha})
+        model = lora.merge(model)
     model = model.to(torch.bfloat16).float()  # evaluate the weights that get saved
     state["final_val_loss"] = evaluate(model, val, bf16)
     state["final_consistency"] = consistency_eval(model, val_samples, args, n, bf16)
@@ -483,6 +512,16 @@ def main(argv=None) -> None:
           + json.dumps(state["final_consistency"]))
     save_final(model, args, state)
     print(f"saved {args.out}")
+    if args.lora_rank:
+        copy_carried(args)
+
+
+def copy_carried(args) -> None:
+    """The card and logs of a LoRA run go with its adapter (the merged model is built)."""
+    for name in lora.CARRIED:
+        if (args.out / name).exists():
+            shutil.copy(args.out / name, adapter_dir(args) / name)
+    (args.out / lora.STAMP).write_text(lora.adapter_sha1(adapter_dir(args)) + "\n")
 
 
 if __name__ == "__main__":
