@@ -6,6 +6,7 @@ acceptance-length histogram by position, and exact match against the no-speculat
 output. Writes benchmarks/results/jacobi-<timestamp>.json.
 
     .venv/bin/python benchmarks/bench_jacobi.py [--model DIR] [--prompts 8] [--blocks 8 16]
+        [--base-model DIR]   # a distilled --model: also its base model's no-spec and jacobi rows
 """
 
 import argparse
@@ -16,12 +17,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import configs as C  # noqa: E402
 from benchmarks.common import DEFAULT_MODEL, load_prompts  # noqa: E402
-from benchmarks.compare import compare  # noqa: E402
+from benchmarks.compare import Config, compare  # noqa: E402
 
 
 def configs(blocks, k_blocks, step_drafts=(0,)):
     return [C.no_spec(), C.ngram(8)] + [C.jacobi(n, k_blocks, step_drafts=s)
                                         for n in blocks for s in step_drafts]
+
+
+def base_rows(base: Path, blocks, k_blocks) -> list[Config]:
+    """The base model of a distilled target, each jacobi row compared with its own no-spec
+    (different models: the ratios, not the outputs, are comparable)."""
+    rows = [Config("no-spec (base)", model=base)]
+    for n in blocks:
+        row = C.jacobi(n, k_blocks, model=base, label=" (base)")
+        row.reference = "no-spec (base)"
+        rows.append(row)
+    return rows
 
 
 def main() -> int:
@@ -36,15 +48,23 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--batch", type=int, nargs="+", default=[0],
                     help="requests submitted together (0 = all); several: each timed per row-run")
+    ap.add_argument("--base-model", type=Path, default=None,
+                    help="also time this model (the distilled --model's base) without "
+                         "speculation and with jacobi (no step_drafts)")
     args = ap.parse_args()
 
     from vllm import SamplingParams
 
     prompts = load_prompts(args.prompts)
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
-    compare("jacobi", args.model, configs(args.blocks, args.num_blocks, args.step_drafts), prompts, params,
+    rows = configs(args.blocks, args.num_blocks, args.step_drafts)
+    if args.base_model:
+        rows += base_rows(args.base_model, args.blocks, args.num_blocks)
+    compare("jacobi", args.model, rows, prompts, params,
             repeats=args.repeats, batch=args.batch,
-            describe=f"model {args.model.name}; {len(prompts)} prompts x {args.max_tokens} tokens "
+            describe=f"model {args.model.name}"
+                     + (f" (base rows: {args.base_model.name})" if args.base_model else "")
+                     + f"; {len(prompts)} prompts x {args.max_tokens} tokens "
                      f"(batch {', '.join(str(b or 'all') for b in args.batch)}), greedy")
     return 0
 
