@@ -66,6 +66,14 @@ def scoreboard(ks: list[int], quick: bool) -> tuple[list[Config], list[str]]:
     return rows, skipped
 
 
+def only(rows: list[Config], prefixes: list[str]) -> list[Config]:
+    """The rows named by ``prefixes`` and their references, in scoreboard order (the first
+    row, no-spec, stays first: it is the default reference)."""
+    keep = {c.name for c in rows if any(c.name.startswith(p) for p in prefixes)}
+    keep |= {c.reference or rows[0].name for c in rows if c.name in keep}
+    return [c for c in rows if c.name in keep]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", type=Path, default=DEFAULT_MODEL)
@@ -80,12 +88,17 @@ def main() -> int:
                     help="one k per method (the last --k; assd k=5, ssd N=4, freedave d=4)")
     ap.add_argument("--cooldown", type=float, default=90.0,
                     help="seconds at most to wait for load average <= cores/2 before a row-run")
+    ap.add_argument("--rows", nargs="+", default=[],
+                    help="only rows whose name starts with one of these, plus the rows they "
+                         "are compared with (e.g. --k 4 16 --rows ngram draft_model assd)")
     args = ap.parse_args()
 
     from vllm import SamplingParams
 
     ks = args.k[-1:] if args.quick else sorted(args.k)
     rows, skipped = scoreboard(ks, args.quick)
+    if args.rows:
+        rows = only(rows, args.rows)
     for line in skipped:
         print(f"skipped: {line}")
     prompts = load_prompts(args.prompts)

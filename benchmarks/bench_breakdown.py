@@ -12,7 +12,10 @@ timers of ``benchmarks/breakdown.py`` split the wall clock of the timed pass int
                   draft_model drafter;
 3. plugin py   -- time inside the plugin's propose / observe_verification / take_draft_probs
                   and its patched runner hooks, minus 2 (``kv copy``: of which the dLLM rows'
-                  ``scratch_plan``, prefix KV blocks copied into scratch blocks);
+                  ``scratch_plan``, prefix KV blocks copied into scratch blocks; ``rule``: of
+                  which the dLLM decision rule's vocabulary math, ``dllm_blocks.row_scores``:
+                  argmax and float64 softmax of every masked row, the dLLM's sampler;
+                  ``excl.``: plugin py without both, the share the <= 10% goal is about);
 4. rest        -- wall minus 1-3: scheduler, front end, IPC between processes, input prep,
                   sampling, rejection sampler (``in worker``: the part inside the worker's
                   execute_model / sample_tokens, vLLM's own ngram / draft_model drafting
@@ -63,7 +66,7 @@ def split(name: str, batch: int, wall: float, timers: dict, generated: int) -> d
     s, n = timers["seconds"], timers["calls"]
     steps = max(1, n.get("steps", 0))
     target, draft = s.get("target_fwd", 0.0), s.get("draft_fwd", 0.0)
-    plugin = s.get("plugin", 0.0) + s.get("kv_copy", 0.0)
+    plugin = s.get("plugin", 0.0) + s.get("kv_copy", 0.0) + s.get("rule", 0.0)
     worker_rest = s.get("worker", 0.0) + s.get("vllm_inner", 0.0) + s.get("vllm_drafter", 0.0)
     parts = {"target_fwd": target, "draft_fwd": draft, "plugin_py": plugin,
              "rest": wall - target - draft - plugin}
@@ -72,7 +75,8 @@ def split(name: str, batch: int, wall: float, timers: dict, generated: int) -> d
         method=name, batch=batch, steps=n.get("steps", 0), wall_s=wall, generated=generated,
         ms_per_step=ms(wall), **{f"{k}_ms": ms(v) for k, v in parts.items()},
         **{f"{k}_pct": 100 * v / wall for k, v in parts.items()},
-        kv_copy_ms=ms(s.get("kv_copy", 0.0)), rest_in_worker_ms=ms(worker_rest),
+        kv_copy_ms=ms(s.get("kv_copy", 0.0)), rule_ms=ms(s.get("rule", 0.0)),
+        plugin_excl_pct=100 * s.get("plugin", 0.0) / wall, rest_in_worker_ms=ms(worker_rest),
         vllm_drafter_ms=ms(s.get("vllm_drafter", 0.0)),
         target_forwards=n.get("target_fwd", 0), draft_forwards=n.get("draft_fwd", 0),
         adds_up=target + draft + plugin <= wall, timers=timers)
@@ -111,18 +115,20 @@ def measure(cfg: Config, n_prompts: int, max_tokens: int, batches: list[int],
 def table(results: list[dict]) -> str:
     head = (f"{'method':<22}{'b':>2}{'steps':>6}{'wall s':>8}{'ms/step':>8}  "
             f"{'target fwd':>13}{'draft fwd':>13}{'plugin py':>13}{'(kv copy)':>10}"
-            f"{'rest':>13}{'(in worker)':>12}")
+            f"{'(rule)':>8}{'excl.':>7}{'rest':>13}{'(in worker)':>12}")
     lines = [head, "-" * len(head)]
     for r in results:
         cells = "".join(f"{r[p + '_ms']:>7.1f} {r[p + '_pct']:>3.0f}%  " for p in PARTS[:3])
         lines.append(f"{r['method']:<22}{r['batch']:>2}{r['steps']:>6}{r['wall_s']:>8.2f}"
                      f"{r['ms_per_step']:>8.1f}  {cells[:-2]}{r['kv_copy_ms']:>10.1f}"
+                     f"{r.get('rule_ms', 0.0):>8.1f}{r.get('plugin_excl_pct', 0.0):>6.1f}%"
                      f"{r['rest_ms']:>8.1f} {r['rest_pct']:>3.0f}%{r['rest_in_worker_ms']:>12.1f}")
-    lines.append("ms per engine step (share of wall); kv copy: part of plugin py (dLLM "
-                 "scratch_plan); in worker: part of rest inside execute_model/sample_tokens")
+    lines.append("ms per engine step (share of wall); kv copy, rule: parts of plugin py (dLLM "
+                 "scratch_plan, decision rule's vocabulary math); excl.: plugin py without "
+                 "them, share of wall; in worker: part of rest inside execute_model/sample_tokens")
     for r in results:  # where the plugin's Python goes (exclusive ms per step)
         fns = sorted(((v, k.split(": ", 1)[1]) for k, v in r["timers"]["by_function"].items()
-                      if k.startswith(("plugin:", "kv_copy:"))), reverse=True)[:4]
+                      if k.startswith(("plugin:", "kv_copy:", "rule:"))), reverse=True)[:4]
         if r["plugin_py_ms"] >= 0.5:
             lines.append(f"  plugin py, {r['method']} b{r['batch']}: " + ", ".join(
                 f"{name} {1e3 * v / max(1, r['steps']):.1f}" for v, name in fns))

@@ -19,6 +19,9 @@ child frames) is added to that category, so nested frames are never counted twic
 * ``kv_copy`` -- part of item 3: ``attention_backends.dllm_plans.scratch_plan`` (scratch
   blocks allocated and zeroed, the requests' prefix KV blocks copied into them, the node
   rows' attention metadata), the dLLM rows' per-round KV copy.
+* ``rule`` -- part of item 3: ``core.dllm_blocks.row_scores``, the dLLM decision rule's
+  vocabulary math (argmax and float64 softmax of every masked row a step reads: the dLLM's
+  sampler, the same math LLaDA's ``generate`` does per step).
 * ``vllm_drafter`` -- vLLM's own drafter ``propose`` (ngram lookup, draft_model input prep),
   minus its forwards; part of item 4.
 * ``worker`` -- the rest of ``execute_model`` + ``sample_tokens`` (input prep, attention
@@ -165,10 +168,16 @@ def install(worker) -> list[str]:
                     done.append(f"drafter model.{name}")
     if type(drafter).__module__ == "vllm_anyorder.proposers.dllm":
         from vllm_anyorder.attention_backends import dllm_plans
+        from vllm_anyorder.core import dllm, dllm_blocks, dllm_scores
         from vllm_anyorder.core.dllm import DllmRequest
 
         if _wrap_attr(dllm_plans, "scratch_plan", "kv_copy"):  # looked up at each call
             done.append("dllm_plans.scratch_plan (cpu_op only)")
+        if _wrap_attr(dllm_blocks, "row_scores", "rule"):  # both modules' names: one wrapper
+            dllm_scores.row_scores = dllm_blocks.row_scores
+            done.append("dllm_blocks.row_scores (rule)")
+        if _wrap_attr(dllm, "prefetch", "plugin"):
+            done.append("dllm.prefetch (detail)")
         for name in ("evaluate", "repair"):  # the dLLM forwards over the paged cache
             if _wrap_attr(drafter.rows, name, "plugin"):
                 done.append(f"drafter.rows.{name} (detail)")

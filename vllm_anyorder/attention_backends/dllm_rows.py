@@ -121,8 +121,9 @@ class DllmRowRunner:
             pos.append(torch.arange(r0, p + w1).repeat(n))
         caches = [layer.self_attn.attn.kv_cache for layer in self.model.layers]
         plan_rows = builder.node_plan(node_jobs, caches, bs)  # the implementation's plan
+        # in the model's dtype: the decisions read rows in float64 (exact from bf16 / fp32)
         raw = self.model.row_logits(torch.cat(ids).to(device), torch.cat(pos).to(device),
-                                    plan_rows).float().cpu()
+                                    plan_rows).cpu()
         out, start = [], 0
         for (pre, _, _, plan), job in zip(jobs, node_jobs):
             n, w = job.nodes, job.end - job.start
@@ -134,5 +135,5 @@ class DllmRowRunner:
             elif skip:  # row q predicts q + 1: the row before the window was computed too
                 out.append(lg[:, skip - 1: -1])
             else:  # ... or it is the last clean row: its logits are kept (the anchor)
-                out.append(torch.cat([pre.anchor.expand(n, 1, -1), lg[:, :-1]], 1))
+                out.append(torch.cat([pre.anchor.expand(n, 1, -1), lg[:, :-1].float()], 1))
         return out

@@ -18,7 +18,7 @@ How an engine drives a request (``generate`` below does it with a PyTorch model)
 
     plan = req.plan()          # None: finished (FreeDave can finish without a forward)
     logits = <forward plan.nodes>  # [n_nodes, w1 - w0, V]: row r predicts generated position w0 + r
-    req.advance(logits)
+    req.advance(logits)        # or, for a batch of requests, ``advance_all``
     ... until req.finished; req.output()
 
 The canvases' logits must come from one fixed *cache policy* for all three methods (see
@@ -32,9 +32,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .dllm_blocks import (
-    DllmSettings, Plan, apply, block_span, decide_at, output_length, schedule,
-)
+from .dllm_blocks import DllmSettings, Plan, apply, block_span, output_length, schedule
+from .dllm_scores import NodeLogits, decide_at, prefetch
 from .freedave import FreeDave
 from .ssd import Ssd
 
@@ -55,10 +54,10 @@ class Stepwise:
         self.s = s
 
     def plan(self, req: "DllmRequest") -> Plan:
-        return Plan(req.canvas[None], req.window(req.i, req.i, 0))
+        return Plan(req.canvas[None], req.window(req.i, req.i, 0), req.i)
 
-    def advance(self, req: "DllmRequest", plan: Plan, logits) -> None:
-        d = decide_at(req.canvas, req.steps[req.i], logits[0], plan.window[0], self.s, req.seed)
+    def advance(self, req: "DllmRequest", plan: Plan, nodes: list[NodeLogits]) -> None:
+        d = decide_at(req.canvas, req.steps[req.i], nodes[0], self.s, req.seed)
         req.move(apply(req.canvas, d), 1)
 
 
@@ -82,19 +81,32 @@ class DllmRequest:
     def finished(self) -> bool:
         return self.length is not None
 
+    @property
+    def last_plan(self) -> Plan | None:
+        """The plan whose logits ``advance`` expects next."""
+        return self._plan
+
     def plan(self) -> Plan | None:
         self._plan = None if self.finished else self.policy.plan(self)
         return self._plan
 
     def advance(self, logits) -> None:
-        """Fold in the logits of the last plan's nodes: [n_nodes, w1 - w0, V]."""
+        """Fold in the logits of the last plan's nodes: [n_nodes, w1 - w0, V], or those
+        wrapped per node (``node_logits``)."""
         plan = self._plan
-        if plan is None or logits.shape[:2] != (plan.nodes.shape[0], plan.window[1] - plan.window[0]):
+        n, w = (plan.nodes.shape[0], plan.window[1] - plan.window[0]) if plan else (0, 0)
+        nodes = self.node_logits(logits) if torch.is_tensor(logits) else logits
+        if plan is None or len(nodes) != n or any(x.logits.shape[0] != w for x in nodes):
             raise ValueError("advance() needs the logits of the last plan's nodes and window")
         self.forwards += 1
-        self.nodes += plan.nodes.shape[0]
+        self.nodes += n
         self._plan = None
-        self.policy.advance(self, plan, logits)
+        self.policy.advance(self, plan, nodes)
+
+    def node_logits(self, logits) -> list[NodeLogits]:
+        """[n_nodes, w1 - w0, V] logits of the last plan -> one NodeLogits per node."""
+        w0 = self._plan.window[0] if self._plan is not None else 0  # else: advance refuses
+        return [NodeLogits(lg, w0) for lg in logits]
 
     # ----------------------------------------------------------------- for the policies
     def move(self, canvas, steps: int) -> None:
@@ -118,6 +130,17 @@ class DllmRequest:
                           self.nodes)
 
 
+def advance_all(rounds: list[tuple[DllmRequest, object]]) -> None:
+    """Fold one round's logits into its requests: (request, [n_nodes, w1 - w0, V] logits of its
+    last plan). The rows every node 0 is certain to read are scored in one batch first
+    (``dllm_scores.prefetch``); the decisions are the same as ``req.advance`` one by one."""
+    nodes = [req.node_logits(lg) for req, lg in rounds]
+    prefetch([(req, req.last_plan, n) for (req, _), n in zip(rounds, nodes)
+              if req.last_plan is not None])
+    for (req, _), n in zip(rounds, nodes):
+        req.advance(n)
+
+
 def generate(model, prompts: list[list[int]], s: DllmSettings, seeds: list[int] | None = None,
              cache: str = "prefix") -> list[DllmOutput]:
     """Decode a batch of requests in lock-step rounds; each round is ONE model forward over
@@ -138,7 +161,7 @@ def generate(model, prompts: list[list[int]], s: DllmSettings, seeds: list[int] 
                     jobs.append((r, plan))
         if not jobs:
             break
-        for (r, _), logits in zip(jobs, evaluator(jobs)):
-            r.advance(logits)
+        advance_all([(r, logits) for (r, _), logits in zip(jobs, evaluator(jobs))])
+        for r, _ in jobs:
             evaluator.commit(r)
     return [r.output() for r in reqs]

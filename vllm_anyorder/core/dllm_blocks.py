@@ -96,6 +96,7 @@ class Plan:
 
     nodes: torch.Tensor  # [n, max_tokens] long: canvases, evaluated in one batched forward
     window: tuple[int, int]  # [w0, w1): generated positions whose logits are needed
+    first_step: int = -1  # schedule index of the step node 0's logits are sure to decide (-1: none)
 
 
 # ----------------------------------------------------------------------------- randomness
@@ -146,23 +147,39 @@ class Decision:
     tokens: tuple[int, ...]
 
 
+def row_scores(logits, mask_id: int):
+    """x0 = argmax and confidence = softmax at x0, in float64 with the mask token excluded, for
+    each row of ``logits`` [n, V] -> (x0 [n] long, conf [n] float64). Every reduction here is
+    per row, so a row scores the same alone or among others (``dllm_scores`` batches them)."""
+    lg = logits.to(torch.float64, copy=True)
+    lg[:, mask_id] = float("-inf")
+    x0 = lg.argmax(-1)
+    return x0, torch.softmax(lg, -1).gather(-1, x0[:, None])[:, 0]
+
+
+def select(positions, x0, conf, count: int) -> Decision:
+    """Step 3 of the rule: the ``count`` most confident positions (ties: lower position).
+    On Python floats (the float64 values themselves): a stable sort, a block at most long."""
+    c = conf.tolist()
+    keep = sorted(sorted(range(len(c)), key=c.__getitem__, reverse=True)[:count])
+    pos, tok = positions.tolist(), x0.tolist()
+    return Decision(tuple(pos[j] for j in keep), tuple(tok[j] for j in keep))
+
+
 def decide(logits, positions, step: Step, s: DllmSettings, seed: int) -> Decision:
     """The baseline's transition at one step. logits [n, V] at the block's masked positions
     ``positions`` [n] (ascending)."""
-    lg = logits.double().clone()
-    lg[:, s.mask_id] = float("-inf")
     if s.temperature > 0:
+        lg = logits.to(torch.float64, copy=True)
+        lg[:, s.mask_id] = float("-inf")
         noise = gumbel(seed, step.index, positions.to(lg.device), lg.shape[-1])
         x0 = (lg / s.temperature + noise).argmax(-1)
-    else:
-        x0 = lg.argmax(-1)
-    if s.remasking == "low_confidence":
         conf = torch.softmax(lg, -1).gather(-1, x0[:, None])[:, 0]
     else:
-        conf = uniform(seed, REMASK_STREAM, step.index, positions.to(lg.device))
-    keep = torch.sort(conf, descending=True, stable=True).indices[: step.count].sort().values
-    keep = keep.cpu()  # the canvas and positions live on the CPU; logits may not
-    return Decision(tuple(positions[keep].tolist()), tuple(x0.cpu()[keep].tolist()))
+        x0, conf = row_scores(logits, s.mask_id)
+    if s.remasking == "random":
+        conf = uniform(seed, REMASK_STREAM, step.index, positions.to(x0.device))
+    return select(positions, x0, conf, step.count)
 
 
 def apply(canvas, d: Decision):
@@ -174,26 +191,6 @@ def apply(canvas, d: Decision):
 def masked_in_block(canvas, s: DllmSettings, block: int):
     lo, hi = block_span(s, block)
     return (canvas[lo:hi] == s.mask_id).nonzero()[:, 0] + lo
-
-
-def decide_at(canvas, step: Step, logits, w0: int, s: DllmSettings, seed: int) -> Decision:
-    """``decide`` for a canvas whose logits cover generated positions [w0, w0 + len(logits))."""
-    pos = masked_in_block(canvas, s, step.block)
-    return decide(logits[pos - w0], pos, step, s, seed)
-
-
-def simulate(canvas, steps, logits, w0: int, s: DllmSettings, seed: int) -> list[Decision]:
-    """Run the baseline's rule for ``steps`` on fixed logits (covering [w0, w0 + len)): the
-    drafts of SSD (stale logits) and FreeDave (current logits). Stops at the first step whose
-    block the logits do not cover."""
-    out = []
-    for st in steps:
-        lo, hi = block_span(s, st.block)
-        if lo < w0 or hi > w0 + logits.shape[0]:
-            break
-        out.append(decide_at(canvas, st, logits, w0, s, seed))
-        canvas = apply(canvas, out[-1])
-    return out
 
 
 def output_length(canvas, s: DllmSettings) -> int | None:

@@ -21,22 +21,22 @@ from __future__ import annotations
 
 import torch
 
-from .dllm_blocks import DllmSettings, Plan, apply, decide_at, output_length, simulate
+from .dllm_blocks import DllmSettings, Plan, apply, output_length
+from .dllm_scores import decide_at, simulate
 
 
 class FreeDave:
     def __init__(self, s: DllmSettings) -> None:
         self.s = s
-        self.current = None  # (w0, logits [w, V]) of the current canvas
+        self.current = None  # NodeLogits of the current canvas
         self._drafts = None  # (decided steps, drafted canvases X^1..X^k) of the pending plan
 
     def plan(self, req):
         s, i = self.s, req.i
         if self.current is None:  # line 4: the logits of the starting canvas
             self._drafts = None
-            return Plan(req.canvas[None], req.window(i, i, s.lookahead_blocks))
-        w0, logits = self.current
-        groups = simulate(req.canvas, req.steps[i: i + s.draft_steps], logits, w0, s, req.seed)
+            return Plan(req.canvas[None], req.window(i, i, s.lookahead_blocks), i)
+        groups = simulate(req.canvas, req.steps[i: i + s.draft_steps], self.current, s, req.seed)
         drafts = [apply(req.canvas, groups[0])]
         for g in groups[1:]:
             drafts.append(apply(drafts[-1], g))
@@ -46,20 +46,21 @@ class FreeDave:
             return None
         live = [x for k, x in enumerate(drafts) if i + k + 1 < len(req.steps)]
         self._drafts = (groups, drafts)
-        return Plan(torch.stack(live), req.window(i + 1, i + len(live), s.lookahead_blocks))
+        return Plan(torch.stack(live), req.window(i + 1, i + len(live), s.lookahead_blocks),
+                    i + 1)
 
     def advance(self, req, plan, logits) -> None:
-        w0 = plan.window[0]
+        """logits: one ``NodeLogits`` per node of ``plan``."""
         if self._drafts is None:
-            self.current = (w0, logits[0])
+            self.current = logits[0]
             return
         groups, drafts = self._drafts
         live, m = plan.nodes.shape[0], 0
         # verify X^{m+2} against the baseline's decision at X^{m+1} (row m, step i+m+1)
         while m + 1 < len(drafts) and m < live:
-            d = decide_at(drafts[m], req.steps[req.i + m + 1], logits[m], w0, self.s, req.seed)
+            d = decide_at(drafts[m], req.steps[req.i + m + 1], logits[m], self.s, req.seed)
             if d != groups[m + 1]:
                 break
             m += 1
         req.move(drafts[m], m + 1)
-        self.current = (w0, logits[m]) if m < live else None
+        self.current = logits[m] if m < live else None

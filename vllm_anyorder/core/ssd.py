@@ -24,21 +24,21 @@ from __future__ import annotations
 
 import torch
 
-from .dllm_blocks import DllmSettings, Plan, apply, decide_at, simulate
+from .dllm_blocks import DllmSettings, Plan, apply
+from .dllm_scores import decide_at, simulate
 
 
 class Ssd:
     def __init__(self, s: DllmSettings) -> None:
         self.s = s
-        self.draft = None  # (w0, logits [w, V]) of the last visited node of the last forward
+        self.draft = None  # NodeLogits of the last visited node of the last forward
         self._pending = None
 
     def plan(self, req):
         s, i = self.s, req.i
         groups = []
         if self.draft is not None and s.draft_length > 0:
-            w0, logits = self.draft
-            groups = simulate(req.canvas, req.steps[i: i + s.draft_length], logits, w0, s,
+            groups = simulate(req.canvas, req.steps[i: i + s.draft_length], self.draft, s,
                               req.seed)
         chain = [req.canvas]
         for g in groups:
@@ -52,11 +52,12 @@ class Ssd:
         self._pending = (groups, nodes, {key: row for row, key in enumerate(live)})
         last = max(nodes[key][1] for key in live)
         return Plan(torch.stack([nodes[key][0] for key in live]),
-                    req.window(i, last, s.lookahead_blocks))
+                    req.window(i, last, s.lookahead_blocks), i)
 
     def advance(self, req, plan, logits) -> None:
+        """logits: one ``NodeLogits`` per node of ``plan``."""
         groups, nodes, rows = self._pending
-        w0, n = plan.window[0], len(groups)
+        n = len(groups)
         key = ("c", 0)
         while True:
             canvas, st = nodes[key]
@@ -64,7 +65,7 @@ class Ssd:
                 req.move(canvas, st - req.i)
                 self.draft = None
                 return
-            d = decide_at(canvas, req.steps[st], logits[rows[key]], w0, self.s, req.seed)
+            d = decide_at(canvas, req.steps[st], logits[rows[key]], self.s, req.seed)
             kind, k = key
             if kind == "c" and k < n and d == groups[k]:
                 key = ("c", k + 1)
@@ -74,5 +75,5 @@ class Ssd:
                 key = ("c", k + 2)  # ... and step k+1 right after: back on the chain
             else:  # mismatch or leaf: this node's own decision is the last committed step
                 req.move(apply(canvas, d), st + 1 - req.i)
-                self.draft = (w0, logits[rows[key]])
+                self.draft = logits[rows[key]]
                 return

@@ -13,7 +13,8 @@ Algorithm 2). vLLM carries the request; one engine step moves it by one block:
    the next block: it runs the core's plan -> forward -> advance loop for every request of
    the batch in lock-step, each round ONE batched forward of all requests' nodes over the
    paged prefix (``attention_backends/dllm_rows.py``: the cache bookkeeping, the repair and
-   evaluation forwards through ``DllmForDiffusionLM.row_logits``). Then it overwrites vLLM's logits in place
+   evaluation forwards through ``DllmForDiffusionLM.row_logits``; ``core.dllm.advance_all``:
+   the rows every node 0 reads scored in one batch). Then it overwrites vLLM's logits in place
    with one-hot rows (0 at the decided token, -inf elsewhere): the rejection sampler accepts
    the drafts (the previous block) and emits the new block's first token. One-hot rows keep
    the choice under every sampling transform (temperature, top-k/p, penalties, bias).
@@ -37,7 +38,7 @@ from typing import Any
 import torch
 
 from vllm_anyorder import config, families
-from vllm_anyorder.core.dllm import DllmRequest
+from vllm_anyorder.core.dllm import DllmRequest, advance_all
 from vllm_anyorder.attention_backends.dllm_rows import DllmRowRunner, PagedPrefix
 from vllm_anyorder.core.dllm_blocks import DllmSettings, block_span
 from vllm_anyorder.proposers.base import AnyOrderProposer
@@ -162,12 +163,12 @@ class DllmProposer(AnyOrderProposer):
             if jobs:
                 row_jobs = [(st.cache, st.req, i, plan) for st, i, plan in jobs]
                 self.rows.repair(view, row_jobs)
-                for (st, _, plan), lg in zip(jobs, self.rows.evaluate(view, row_jobs)):
-                    if self.trace is not None:
-                        self.trace.append({"prompt": st.req.prompt.tolist(),
-                                           "nodes": plan.nodes.clone(), "window": plan.window,
-                                           "logits": lg.clone()})
-                    st.req.advance(lg)
+                logits = self.rows.evaluate(view, row_jobs)
+                if self.trace is not None:
+                    self.trace += [{"prompt": st.req.prompt.tolist(), "nodes": plan.nodes.clone(),
+                                    "window": plan.window, "logits": lg.float()}
+                                   for (st, _, plan), lg in zip(jobs, logits)]
+                advance_all([(st.req, lg) for (st, _, _), lg in zip(jobs, logits)])
             active = [w for w in active if self._needs(w[0], w[2], w[3])]
 
     # ------------------------------------------------------------------ drafts
