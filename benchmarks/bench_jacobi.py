@@ -20,9 +20,9 @@ from benchmarks.common import DEFAULT_MODEL, load_prompts  # noqa: E402
 from benchmarks.compare import Config, compare  # noqa: E402
 
 
-def configs(blocks, k_blocks, step_drafts=(0,)):
-    return [C.no_spec(), C.ngram(8)] + [C.jacobi(n, k_blocks, step_drafts=s)
-                                        for n in blocks for s in step_drafts]
+def configs(blocks, k_blocks, step_drafts=(0,), ngram_ks=(8,)):
+    return [C.no_spec()] + [C.ngram(k) for k in ngram_ks] + [
+        C.jacobi(n, k_blocks, step_drafts=s) for n in blocks for s in step_drafts]
 
 
 def base_rows(base: Path, blocks, k_blocks) -> list[Config]:
@@ -45,6 +45,8 @@ def main() -> int:
     ap.add_argument("--num-blocks", type=int, default=2)
     ap.add_argument("--step-drafts", type=int, nargs="+", default=[0],
                     help="jacobi.step_drafts values (0 = no limit)")
+    ap.add_argument("--ngram-k", type=int, nargs="+", default=[8],
+                    help="vLLM ngram rows: num_speculative_tokens of each")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--batch", type=int, nargs="+", default=[0],
                     help="requests submitted together (0 = all); several: each timed per row-run")
@@ -57,7 +59,7 @@ def main() -> int:
 
     prompts = load_prompts(args.prompts)
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
-    rows = configs(args.blocks, args.num_blocks, args.step_drafts)
+    rows = configs(args.blocks, args.num_blocks, args.step_drafts, args.ngram_k)
     if args.base_model:
         rows += base_rows(args.base_model, args.blocks, args.num_blocks)
     compare("jacobi", args.model, rows, prompts, params,
