@@ -1,0 +1,129 @@
+"""The speculation budget controller against synthetic engines (core/budget.py).
+
+A simulated engine: each step costs ``cost(rows, drafting)`` seconds (plus noise where a test
+says so) and request i accepts each draft with probability ``accept[i]`` until its first
+rejection. The controller sees only what the adapter would give it.
+"""
+
+import random
+
+import pytest
+
+from vllm_anyorder.core.budget import BudgetController, BudgetSettings, parse_mode
+from vllm_anyorder.core.budget_models import Acceptance, StepCost
+
+
+def simulate(cost, accept, steps=400, max_drafts=16, seed=0, noise=0.0, **kw):
+    """Run the controller for ``steps`` steps; return the non-probe decisions' caps."""
+    rng = random.Random(seed)
+    ctl = BudgetController(BudgetSettings(max_drafts=max_drafts, **kw))
+    req_ids = [f"r{i}" for i in range(len(accept))]
+    chosen = []
+    for _ in range(steps):
+        caps = ctl.allot(req_ids, [max_drafts] * len(req_ids))
+        rows = len(req_ids) + sum(caps)
+        seconds = cost(rows, any(caps)) * (1 + noise * (2 * rng.random() - 1))
+        ctl.record_step(rows, any(caps), seconds)
+        for req_id, k, p in zip(req_ids, caps, accept):
+            if k:
+                n = 0
+                while n < k and rng.random() < p:
+                    n += 1
+                ctl.record_verified(req_id, k, n)
+        if not ctl.last.probe:
+            chosen.append(caps)
+    return ctl, chosen[len(chosen) // 2:]  # the settled half
+
+
+def test_flat_cost_drafts_to_the_maximum():
+    _, chosen = simulate(lambda rows, d: 0.010, [0.9])
+    assert all(c == [16] for c in chosen)
+
+
+def test_steep_cost_drafts_nothing():
+    # every row costs as much as a whole plain step: drafts never pay
+    _, chosen = simulate(lambda rows, d: 0.010 * rows, [0.9, 0.9])
+    assert all(c == [0, 0] for c in chosen)
+
+
+def test_drafting_overhead_without_acceptance_drafts_nothing():
+    _, chosen = simulate(lambda rows, d: 0.010 + 0.002 * d + 0.0001 * rows, [0.0, 0.0])
+    assert all(c == [0, 0] for c in chosen)
+
+
+def test_rows_go_to_the_likely_requests():
+    # moderate slope: a row is worth it only where a draft is likely accepted
+    ctl, chosen = simulate(lambda rows, d: 0.010 + 0.002 * rows, [0.95, 0.05])
+    assert chosen and all(c[0] > 0 and c[1] == 0 for c in chosen)
+    assert ctl.accept.rate("r0", 0) > 0.8 and ctl.accept.rate("r1", 0) < 0.5
+
+
+def test_knee_cost_stops_at_the_knee():
+    # bf16-on-AVX512 shape: flat up to 9 rows, then each row costs 40% of a step
+    cost = lambda rows, d: 0.010 * (1 + 0.4 * max(0, rows - 9))  # noqa: E731
+    _, chosen = simulate(cost, [0.95], max_drafts=32)
+    assert all(7 <= c[0] <= 9 for c in chosen)
+
+
+def test_a_flapping_signal_does_not_flap_the_decision():
+    # break-even slope plus 20% noise: the choice may settle anywhere, but must not flap
+    _, chosen = simulate(lambda rows, d: 0.010 + 0.003 * rows, [0.7], noise=0.2, steps=600)
+    changes = sum(a != b for a, b in zip(chosen, chosen[1:]))
+    assert changes <= len(chosen) // 10
+
+
+def test_never_accepted_drafts_stop_and_are_probed_now_and_then():
+    ctl = BudgetController(BudgetSettings(max_drafts=16))
+    drafted_steps = 0
+    for step in range(300):
+        caps = ctl.allot(["a"], [16])
+        rows = 1 + sum(caps)
+        ctl.record_step(rows, any(caps), 0.010 + 0.001 * sum(caps) + 0.001 * any(caps))
+        if caps[0]:
+            ctl.record_verified("a", caps[0], 0)
+            drafted_steps += step >= 100
+    assert 0 < drafted_steps <= 200 // 16  # probes only, about one in probe_every
+
+
+def test_fixed_and_cycle_modes():
+    fixed = BudgetController(BudgetSettings(mode="fixed", max_drafts=8))
+    assert fixed.allot(["a", "b"], [8, 3]) == [8, 3]
+    cyc = BudgetController(BudgetSettings(mode="cycle:4,0,2", max_drafts=8))
+    got = [cyc.allot(["a", "b"], [8, 3]) for _ in range(4)]
+    assert got == [[4, 3], [0, 0], [2, 2], [4, 3]]
+
+
+@pytest.mark.parametrize("bad", ["", "always", "cycle:", "cycle:-1", "cycle:a"])
+def test_bad_modes_are_refused(bad):
+    with pytest.raises(ValueError):
+        parse_mode(bad)
+
+
+def test_acceptance_counts_only_judged_positions():
+    acc = Acceptance(4, prior=0.5, prior_weight=2.0)
+    acc.observe("r", drafted=4, accepted=1)  # position 0 kept, 1 rejected, 2-3 never judged
+    own = acc.requests["r"]
+    assert [t for _, t in own] == [1.0, 1.0, 0.0, 0.0]
+    assert [h for h, _ in own] == [1.0, 0.0, 0.0, 0.0]
+    assert acc.gains("r", 3) == sorted(acc.gains("r", 3), reverse=True)
+
+
+def test_step_cost_interpolates_and_never_decreases():
+    cost = StepCost()
+    cost.observe(1, False, 0.010, 0)
+    cost.observe(8, True, 0.012, 1)
+    cost.observe(32, True, 0.020, 2)
+    assert cost.predict(1, False) == pytest.approx(0.010)
+    assert 0.012 < cost.predict(20, True) < 0.020
+    assert cost.predict(64, True) > 0.020  # extrapolated with the last slope
+    assert cost.predict(4, True) < 0.012  # anchored on the plain arm below
+    cost.observe(16, True, 0.011, 3)  # a dip is noise: clamped to the smaller rows' cost
+    assert cost.predict(16, True) >= 0.012
+
+
+def test_identical_inputs_give_identical_decisions():
+    """TP ranks feed identical measurements: their decisions and state must agree."""
+    runs = [simulate(lambda rows, d: 0.010 + 0.001 * rows, [0.8, 0.3], steps=120, seed=3)
+            for _ in range(2)]
+    assert runs[0][1] == runs[1][1]
+    assert runs[0][0].state() == runs[1][0].state()

@@ -1,0 +1,222 @@
+"""The speculation budget: how many drafts each request gets in the next step (zero included).
+
+Every method drafts "up to its configured size"; whether those rows pay depends on the machine,
+the load and how often this model's drafts are accepted. The controller chooses, each engine
+step, the draft rows R of the whole batch that maximise expected committed tokens per second,
+from what it measured itself (``budget_models``): goodput(R) = (B + sum of the R largest gains)
+/ cost(B + R rows), with B the requests of the batch (each commits one token anyway), the gains
+g_{i,j} = prod_{m<=j} a_{i,m} the expected accepted drafts the j-th row of request i adds, and
+cost the measured step time (R = 0: the plain-decoding arm). Rows therefore go to the requests
+whose next draft is most likely accepted; R = 0 is plain decoding, which is what makes the
+method never slower than no speculation once the measurements are in. (The SmartSpec / TurboSpec
+goodput rule, here with measured rather than profiled cost and per-position acceptance.)
+
+Outputs do not depend on it: drafts are guesses and every method verifies them exactly, so
+any allocation, in any step, commits the same tokens (tested with the ``cycle`` hook).
+
+Modes (``"budget"`` beside each method's options): ``auto`` (this controller), ``fixed`` (the
+configured sizes every step), ``cycle:a,b,...`` (test hook: per-request caps a, b, ... in turn,
+step by step, to switch sizes mid-request).
+
+Exploration: a measurement is only taken where the controller drafts, so now and then it
+probes a neighbour of its choice (no drafts when it drafts; more rows than it chose): often
+while it warms up, then every ``probe_every`` steps. A new choice must beat the current one
+by ``hysteresis`` before the controller switches, so noise does not flap the decision.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .budget_models import Acceptance, StepCost
+
+MODES = ("auto", "fixed")
+CYCLE_PREFIX = "cycle:"
+MIN_GAIN = 1e-3  # rows expected to add fewer accepted drafts than this are never worth one
+
+
+def parse_mode(mode: str) -> tuple[str, tuple[int, ...]]:
+    """("auto" | "fixed" | "cycle", caps); ValueError for anything else."""
+    if mode in MODES:
+        return mode, ()
+    if isinstance(mode, str) and mode.startswith(CYCLE_PREFIX):
+        caps = tuple(int(x) for x in mode[len(CYCLE_PREFIX):].split(",") if x.strip())
+        if caps and all(c >= 0 for c in caps):
+            return "cycle", caps
+    raise ValueError(f"budget must be one of {list(MODES)} or 'cycle:<n>,<n>,...', got {mode!r}")
+
+
+@dataclass(frozen=True)
+class BudgetSettings:
+    mode: str = "auto"
+    max_drafts: int = 16  # per request (the method's configured size)
+    warmup_steps: int = 24  # measured steps during which every other step probes
+    probe_every: int = 32  # afterwards, one probe per this many measured steps
+    hysteresis: float = 0.05  # a new choice must predict this much more goodput
+
+
+@dataclass
+class Decision:
+    """What the controller chose for one step and why (logs, metrics, tests)."""
+
+    rows: int = 0  # draft rows allotted over the batch
+    batch: int = 0
+    probe: bool = False
+    goodput: float = 0.0  # predicted tokens / s of the choice (0 when unknown)
+    plain_goodput: float = 0.0  # predicted tokens / s with no drafts
+    caps: list[int] = field(default_factory=list)
+
+
+class BudgetController:
+    """Per-step draft allocation from measured step cost and acceptance (engine-free)."""
+
+    def __init__(self, settings: BudgetSettings) -> None:
+        self.s = settings
+        self.kind, self.cycle = parse_mode(settings.mode)
+        self.cost = StepCost()
+        self.accept = Acceptance(settings.max_drafts)
+        self.measured = 0  # steps whose cost was measured
+        self.decisions = 0
+        self.chosen = 0  # R of the last non-probe decision (hysteresis anchor)
+        self.last = Decision()
+        self.totals = {"steps": 0, "steps_without_drafts": 0, "drafted": 0, "accepted": 0,
+                       "probes": 0}
+
+    # ------------------------------------------------------------------ measurements
+    def record_step(self, rows: int, drafting: bool, seconds: float) -> None:
+        """One engine step's wall time (only steps the batch ran unchanged: no prefill)."""
+        if seconds > 0:
+            self.cost.observe(rows, drafting, seconds, self.decisions)
+            self.measured += 1
+
+    def record_verified(self, req_id: str, drafted: int, accepted: int) -> None:
+        """One request's verification: ``drafted`` drafts, the first ``accepted`` kept."""
+        self.accept.observe(req_id, drafted, accepted)
+        self.totals["drafted"] += drafted
+        self.totals["accepted"] += accepted
+
+    def forget(self, live: set[str]) -> None:
+        self.accept.forget(live)
+
+    # ------------------------------------------------------------------ decisions
+    def allot(self, req_ids: list[str], limits: list[int]) -> list[int]:
+        """Drafts per request for the next step (<= each limit); ``limits`` already holds each
+        request's own bound (room left, configured size; 0 for a request that cannot draft)."""
+        self.decisions += 1
+        if self.kind == "fixed":
+            caps = list(limits)
+        elif self.kind == "cycle":
+            c = self.cycle[(self.decisions - 1) % len(self.cycle)]
+            caps = [min(c, lim) for lim in limits]
+        else:
+            caps = self._auto(req_ids, limits)
+        self.totals["steps"] += 1
+        self.totals["steps_without_drafts"] += not any(caps)
+        self.last.caps = caps
+        return caps
+
+    def _auto(self, req_ids: list[str], limits: list[int]) -> list[int]:
+        batch = len(req_ids)
+        order = self._ranked_rows(req_ids, limits)  # [(gain, row)], best first
+        gains = [g for g, _ in order]
+        plain = self._goodput(batch, 0, 0.0)
+        if plain is None:  # nothing measured yet: draft in full and measure it
+            self.last = Decision(len(order), batch, True)
+            return self._caps(order, len(order), batch)
+        prefix = _prefix_sums(gains)
+        best, best_val = 0, plain
+        for r in _candidates(len(order)):
+            val = self._goodput(batch, r, prefix[r])
+            if val is not None and val > best_val * (1 + 1e-9):
+                best, best_val = r, val
+        anchor = min(self.chosen, len(order))
+        anchor_val = self._goodput(batch, anchor, prefix[anchor]) or 0.0
+        if best != anchor and best_val < anchor_val * (1 + self.s.hysteresis) and \
+                not self._free_switch(batch, anchor, best):
+            best, best_val = anchor, anchor_val
+        self.chosen = best
+        rows, probe = best, self._probe_due()
+        if probe:  # a neighbour of the choice: no drafts, or more rows (at least 1 each)
+            self.totals["probes"] += 1
+            if best > 0 and self.totals["probes"] % 2 == 1:
+                rows = 0
+            else:
+                caps = self._caps(order, min(len(order), max(batch, 2 * best)), batch)
+                caps = [c or min(1, lim) for c, lim in zip(caps, limits)]
+                self.last = Decision(sum(caps), batch, True, best_val, plain)
+                return caps
+        self.last = Decision(rows, batch, probe, best_val, plain)
+        return self._caps(order, rows, batch)
+
+    def _free_switch(self, batch: int, anchor: int, best: int) -> bool:
+        """More rows at no predicted extra cost (a flat cost curve): no reason to wait."""
+        if best < anchor or anchor == 0:
+            return False
+        return self.cost.predict(batch + best, True) <= self.cost.predict(batch + anchor, True)
+
+    def _probe_due(self) -> bool:
+        m = self.measured
+        if m < self.s.warmup_steps:
+            return self.decisions % 2 == 0
+        return self.decisions % max(1, self.s.probe_every) == 0
+
+    def _ranked_rows(self, req_ids: list[str], limits: list[int]) -> list[tuple[float, int]]:
+        """Every request's candidate draft rows as (gain, batch row), best gain first (a
+        request's gains are non-increasing, so its rows are taken in chain order)."""
+        order = []
+        for row, (req_id, limit) in enumerate(zip(req_ids, limits)):
+            order.extend((g, row) for g in self.accept.gains(req_id, limit, MIN_GAIN))
+        order.sort(key=lambda t: -t[0])
+        return order
+
+    def _goodput(self, batch: int, rows: int, gain: float) -> float | None:
+        seconds = self.cost.predict(batch + rows, rows > 0)
+        if seconds is None or seconds <= 0:
+            return None
+        return (batch + gain) / seconds
+
+    @staticmethod
+    def _caps(order: list[tuple[float, int]], rows: int, batch: int) -> list[int]:
+        caps = [0] * batch
+        for _, row in order[:rows]:
+            caps[row] += 1
+        return caps
+
+    def summary(self) -> str:
+        """One line, in words, of what the controller chose and why (the periodic log)."""
+        d, t = self.last, self.totals
+        acc = t["accepted"] / t["drafted"] if t["drafted"] else 0.0
+        gain = d.goodput / d.plain_goodput if d.plain_goodput else 0.0
+        why = ("measuring" if not d.plain_goodput else
+               f"predicted {gain:.2f}x the tokens/s of no drafts")
+        return (f"budget {self.kind}: {d.rows} draft rows for {d.batch} requests "
+                f"({why}); {t['steps_without_drafts']}/{t['steps']} steps without drafts, "
+                f"{acc:.0%} of {t['drafted']} drafts accepted, "
+                f"cost {self.cost.slope() * 1e3:.3f} ms per extra row")
+
+    def state(self) -> dict:
+        """Everything a decision depends on (TP ranks must agree; diagnostics fingerprint)."""
+        return {"decisions": self.decisions, "measured": self.measured, "chosen": self.chosen,
+                "cost": {str(k): sorted((b, round(m.rows, 6), round(m.seconds, 9))
+                                        for b, m in v.items())
+                         for k, v in self.cost.tables.items()},
+                "accept": [[round(h, 9), round(n, 9)] for h, n in self.accept.engine]}
+
+
+def _prefix_sums(values: list[float]) -> list[float]:
+    out = [0.0]
+    for v in values:
+        out.append(out[-1] + v)
+    return out
+
+
+def _candidates(total: int) -> list[int]:
+    """Row counts worth evaluating: every count up to 16, then steps of ~1/8 of the value,
+    and the total (cost is piecewise linear in rows, gains concave: the optimum is near)."""
+    out, r = [], 1
+    while r < total:
+        out.append(r)
+        r += 1 if r < 16 else max(1, r // 8)
+    if total:
+        out.append(total)
+    return out
