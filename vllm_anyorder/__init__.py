@@ -32,9 +32,12 @@ def register() -> None:
 def apply_front_end_patches() -> None:
     """The patches every process needs early, with what they need from the plugin's upper
     layers (the ledger itself imports nothing above ``_compat``)."""
-    from vllm_anyorder import engine_setup, infill, patches
+    from vllm_anyorder import engine_setup, infill, methods, patches, runner_choice
 
     patches.apply("method_names", on_speculative_config=engine_setup.on_speculative_config)
+    patches.apply("spec_method_choices", method_names=tuple(methods.METHODS))
+    patches.apply("v1_model_runner", needs_v1=runner_choice.needs_v1,
+                  forced_v2_message=runner_choice.forced_v2_message)
     patches.apply("cpu_expand_kernel")
     patches.apply("cpu_padded_drafts")
     patches.apply("infill_requests", screen=infill.screen_request,

@@ -21,6 +21,11 @@ def engine_args_cls():
     return _module("vllm.engine.arg_utils").EngineArgs
 
 
+def vllm_config_cls():
+    """``vllm.config.VllmConfig`` (chooses the model runner: ``use_v2_model_runner``)."""
+    return _module("vllm.config.vllm").VllmConfig
+
+
 def gpu_model_runner_cls():
     """``GPUModelRunner``; the V1 ``CPUModelRunner`` subclasses it and inherits patches."""
     return _module("vllm.v1.worker.gpu_model_runner").GPUModelRunner

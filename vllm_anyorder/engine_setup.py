@@ -13,7 +13,7 @@ import logging
 import os
 from typing import Any
 
-from vllm_anyorder import config, methods
+from vllm_anyorder import config, exactness, methods
 
 logger = logging.getLogger("vllm_anyorder")
 
@@ -44,6 +44,7 @@ def resolve(spec: dict[str, Any], additional: dict[str, Any] | None, target_mode
             f"expected method names {sorted(config.CONFIG_CLASSES)}"
         )
     _check_target(method, target_model_config)
+    exactness.check(method.name, spec)
     if section.get("resolved") == method.name and spec.get("method") == "custom_class":
         # already resolved (the same EngineArgs building a config twice): keep it as is
         cfg = config.load(additional, method.name)
@@ -148,10 +149,39 @@ def _check_target(method: methods.MethodSpec, model_config) -> None:
         )
 
 
+# vLLM's shorthand flags (``--spec-method`` ...; ``EngineArgs.spec_method`` ...) and the
+# speculative-config key each sets, as vLLM's ``create_speculative_config`` merges them
+SHORTHAND = (("--spec-method", "spec_method", "method"),
+             ("--spec-model", "spec_model", "model"),
+             ("--spec-tokens", "spec_tokens", "num_speculative_tokens"))
+
+
+def merge_shorthand(engine_args: Any) -> None:
+    """Fold vLLM's shorthand flags into ``engine_args.speculative_config``, by vLLM's own
+    rule (a flag and the same key in the dict are mutually exclusive: ValueError), so a
+    plugin method named by ``--spec-method`` is resolved exactly like one named in
+    ``--speculative-config``. The flags are then cleared: vLLM's original would merge them
+    again (and refuse the now present keys). The user's dict is copied, not mutated; its
+    dash keys are normalised first, so ``num-speculative-tokens`` also clashes."""
+    spec = engine_args.speculative_config
+    for flag, attr, key in SHORTHAND:
+        value = getattr(engine_args, attr, None)
+        if value is None:
+            continue
+        spec = {k.replace("-", "_"): v for k, v in (spec or {}).items()}
+        if key in spec:
+            raise ValueError(f"{flag} and --speculative-config['{key}'] are mutually exclusive")
+        spec[key] = value
+        setattr(engine_args, attr, None)
+    engine_args.speculative_config = spec
+
+
 def on_speculative_config(engine_args: Any, target_model_config: Any) -> None:
-    """Called by patch ``method_names`` just before vLLM builds ``SpeculativeConfig``: a
-    diffusion LLM without a speculative config gets ``stepwise`` (its only decoding path in
-    vLLM); a plugin method's dict is validated and rewritten (:func:`resolve`)."""
+    """Called by patch ``method_names`` just before vLLM builds ``SpeculativeConfig``: the
+    shorthand flags are merged first (:func:`merge_shorthand`); a diffusion LLM without a
+    speculative config gets ``stepwise`` (its only decoding path in vLLM); a plugin method's
+    dict is validated and rewritten (:func:`resolve`)."""
+    merge_shorthand(engine_args)
     if engine_args.speculative_config is None:
         engine_args.speculative_config = default_spec(target_model_config)
     if isinstance(engine_args.speculative_config, dict):

@@ -46,6 +46,11 @@ class Patch:
 LEDGER: tuple[Patch, ...] = (
     Patch("method_names", "every process, at register()", "EngineArgs.create_speculative_config",
           front_end.apply_method_names, ("on_speculative_config",)),
+    Patch("spec_method_choices", "every process, at register()", "EngineArgs.add_cli_args",
+          front_end.apply_spec_method_choices, ("method_names",)),
+    Patch("v1_model_runner", "every process, at register()",
+          "VllmConfig.use_v2_model_runner, ._get_v2_model_runner_unsupported_features",
+          front_end.apply_v1_model_runner, ("needs_v1", "forced_v2_message")),
     Patch("cpu_expand_kernel", "every process, at register()",
           "cpu_triton_utils._expand_kernel_impl", cpu_kernels.apply_cpu_expand_kernel),
     Patch("cpu_padded_drafts", "every process, at register()",
