@@ -55,6 +55,14 @@ def ray_runtime_context_cls():
         return None
 
 
+def cpu_shm_distributed_cls():
+    """``_CPUSHMDistributed`` (the CPU TP/PP shared-memory all-reduce); None if absent."""
+    try:
+        return _module("vllm.distributed.device_communicators.cpu_communicator")._CPUSHMDistributed
+    except (ImportError, AttributeError):
+        return None
+
+
 def vllm_version() -> tuple[int, ...]:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -122,3 +130,14 @@ def input_processor_cls():
 def validation_error_cls():
     """``VLLMValidationError``: a request error the server answers with HTTP 400."""
     return _module("vllm.exceptions").VLLMValidationError
+
+
+def tp_group():
+    """vLLM's tensor-parallel GroupCoordinator when this process is one of several TP ranks,
+    else None (single rank, or no distributed state: unit tests)."""
+    try:
+        ps = _module("vllm.distributed.parallel_state")
+        group = ps.get_tp_group()
+    except Exception:
+        return None
+    return group if getattr(group, "world_size", 1) > 1 else None

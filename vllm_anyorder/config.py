@@ -27,7 +27,26 @@ class AnyOrderConfigError(ValueError):
 
 
 @dataclass(frozen=True)
-class JacobiConfig:
+class BudgetedConfig:
+    """The option every method has: ``budget`` -- how many of the configured drafts a step
+    really verifies. ``auto`` (default): chosen each step from measured step cost and
+    acceptance, zero included (``core/budget.py``); the configured sizes are the maximum.
+    ``fixed``: the configured sizes every step (the method exactly as configured).
+    ``cycle:a,b,...``: a test hook, per-request caps a, b, ... in turn."""
+
+    budget: str = "auto"
+
+    def validate_budget(self) -> None:
+        from vllm_anyorder.core.budget import parse_mode
+
+        try:
+            parse_mode(self.budget)
+        except ValueError as exc:
+            raise AnyOrderConfigError(str(exc)) from None
+
+
+@dataclass(frozen=True)
+class JacobiConfig(BudgetedConfig):
     """Options of ``method="jacobi"`` (defaults: the paper's recommended n=64, K=2, pool 4,
     r=0.85; ``block_size`` comes from ``num_speculative_tokens``)."""
 
@@ -44,6 +63,7 @@ class JacobiConfig:
     def validate(self) -> None:
         from vllm_anyorder.core.jacobi import RECYCLE_RULES
 
+        self.validate_budget()
         _check_range("block_size (num_speculative_tokens)", self.block_size, 1, MAX_SPEC_LEN)
         _check_range("num_blocks", self.num_blocks, 1, 8)
         _check_range("pool_size", self.pool_size, 0, 64)
@@ -67,7 +87,7 @@ UNMASK_SCHEDULES = ("confidence", "left_to_right", "random")
 
 
 @dataclass(frozen=True)
-class SpecDiffConfig:
+class SpecDiffConfig(BudgetedConfig):
     """Options of ``method="specdiff"`` (SpecDiff, Christopher et al., Sec. 4.1 / Algorithm 1).
 
     ``num_draft_tokens`` (gamma) comes from ``num_speculative_tokens`` and ``drafter`` (the
@@ -92,6 +112,7 @@ class SpecDiffConfig:
     seed: int = 0
 
     def validate(self) -> None:
+        self.validate_budget()
         if not isinstance(self.drafter, str) or not self.drafter:
             raise AnyOrderConfigError(
                 "specdiff needs a drafter: set speculative_config.model to the directory of a "
@@ -185,7 +206,7 @@ def load(additional_config: Mapping[str, Any] | None, method: str, **fallback: A
 
 
 @dataclass(frozen=True)
-class AssdConfig:
+class AssdConfig(BudgetedConfig):
     """Options of ``method="assd"`` (Any-Subset Speculative Decoding, Guo & Ermon, Sec. 5).
 
     ``k`` comes from ``num_speculative_tokens``: drafts per round. ``drafter`` ``self`` is
@@ -207,6 +228,7 @@ class AssdConfig:
     seed: int = 0
 
     def validate(self) -> None:
+        self.validate_budget()
         _check_range("k (num_speculative_tokens)", self.k, 1, MAX_SPEC_LEN)
         _check_choice("assd.drafter", self.drafter, tuple(ASSD_DRAFTERS))
         _check_range("assd.seed", self.seed, 0, 2**31 - 1)
@@ -232,7 +254,7 @@ DLLM_REMASKING = ("low_confidence", "random")  # == core.dllm_blocks.REMASKING (
 
 
 @dataclass(frozen=True)
-class StepwiseConfig:
+class StepwiseConfig(BudgetedConfig):
     """Options of the dLLM baseline, ``method="stepwise"`` (what a LLaDA / Dream model served
     without a speculative config runs): semi-autoregressive blocks of ``block_length`` masked
     positions, ``steps_per_block`` denoising steps each (0 = one token per step), LLaDA's
@@ -245,6 +267,7 @@ class StepwiseConfig:
     remasking: str = "low_confidence"
 
     def validate(self) -> None:
+        self.validate_budget()
         _check_range("block_length", self.block_length, 2, MAX_SPEC_LEN + 1)
         _check_range("steps_per_block", self.steps_per_block, 0, self.block_length)
         _check_choice("remasking", self.remasking, DLLM_REMASKING)

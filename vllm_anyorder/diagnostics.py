@@ -58,7 +58,16 @@ def state_of(worker: Any) -> dict[str, Any]:
         "requests_in_batch": len(batch.req_ids) if batch is not None else 0,
         "containers": container_sizes(drafter),
         "fingerprint": fingerprint(drafter),
+        # the speculation budget's state digest and counters (identical on every TP rank)
+        "budget": _budget_of(drafter),
     }
+
+
+def _budget_of(drafter: Any) -> dict[str, Any]:
+    budget = getattr(drafter, "budget", None)
+    if budget is None:
+        return {}
+    return {"digest": budget.digest(), **budget.stats()}
 
 
 def memory_of() -> dict[str, float]:

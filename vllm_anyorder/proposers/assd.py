@@ -103,8 +103,7 @@ class AssdProposer(AnyOrderProposer):
         return handed
 
     # ------------------------------------------------------------------ propose
-    def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu,
-                slot_mappings=None) -> list[list[int]]:
+    def draft(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu) -> list[list[int]]:
         self._handed = None
         self._drafted = set()
         req_ids = self.batch_req_ids()
@@ -112,7 +111,7 @@ class AssdProposer(AnyOrderProposer):
         chains: list[list[int]] = [[] for _ in sampled_token_ids]
         if view is None or len(req_ids) != len(sampled_token_ids):
             return chains
-        plans = []
+        limits, rows = [], []
         for row, committed in enumerate(sampled_token_ids):
             req_id, n = req_ids[row], int(num_tokens_no_spec[row])
             if committed:  # this request took part in the step's target forward
@@ -124,9 +123,11 @@ class AssdProposer(AnyOrderProposer):
                     self.rounds_first_accepted += len(committed) >= 2
                     self.drafted_tokens += self._verified[req_id]
                     self.accepted_tokens += len(committed) - 1
-            budget = self._budget(view, req_id, committed, n)
-            if budget > 0:
-                plans.append(_Plan(row, req_id, n, budget))
+            limits.append(self._budget(view, req_id, committed, n))
+            rows.append((row, req_id, n))
+        # the speculation budget's cap (a request capped at 0 skips the drafting forward)
+        plans = [_Plan(row, req_id, n, cap) for (row, req_id, n), cap
+                 in zip(rows, self.draft_caps(limits)) if cap > 0]
         self.drop_departed(self.live, lambda r, stats: self.finished.append((r, *stats)))
         self.drop_departed(self._bigrams)
         self._verified = {}

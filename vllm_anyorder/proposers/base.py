@@ -16,9 +16,12 @@ fresh state when it is rescheduled; drafts are guesses, so this never affects ou
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, ClassVar
 
+from vllm_anyorder import _compat, config
 from vllm_anyorder.contract import RunnerView
+from vllm_anyorder.proposers.budget import StepBudget
 
 
 class AnyOrderProposer:
@@ -35,6 +38,10 @@ class AnyOrderProposer:
         self.max_model_len = int(vllm_config.model_config.max_model_len)
         self.target = None
         self.view: RunnerView | None = None  # this step's batch (set before propose)
+        # the speculation budget (core/budget.py): drafts per request, zero included
+        options = config.section(vllm_config.additional_config).get(self.method) or {}
+        self.budget = StepBudget(options.get("budget", "auto"), self.max_chain,
+                                 _compat.tp_group())
 
     def load_model(self, target_model: Any) -> None:
         """Keep a handle on the target module (self-drafting methods load nothing else)."""
@@ -47,6 +54,9 @@ class AnyOrderProposer:
     def observe_verification(self, view: RunnerView, logits: Any,
                              spec_decode_metadata: Any) -> None:
         self.view = view
+        counts = None if spec_decode_metadata is None else \
+            list(spec_decode_metadata.num_draft_tokens)
+        self.budget.verified(view.req_ids, counts)
 
     def drop_departed(self, table: dict[str, Any],
                       on_drop: Callable[[str, Any], None] | None = None) -> None:
@@ -60,4 +70,21 @@ class AnyOrderProposer:
 
     def propose(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: Any,
                 token_ids_cpu: Any, slot_mappings: Any = None) -> list[list[int]]:
+        """vLLM's call: the budget learns from the step that just ran, :meth:`draft` drafts
+        within :meth:`draft_caps`, the budget remembers what was drafted."""
+        start = time.perf_counter()
+        req_ids = self.batch_req_ids()
+        self.budget.begin(req_ids, sampled_token_ids)
+        chains = self.draft(sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
+        self.budget.end(req_ids, chains, start)
+        return chains
+
+    def draft_caps(self, limits: list[int]) -> list[int]:
+        """Drafts per input-batch row for the next step: each row's own limit (room left,
+        configured size; 0 where it cannot draft) cut by the budget (``fixed``: the limits)."""
+        return self.budget.caps(self.batch_req_ids(), limits)
+
+    def draft(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: Any,
+              token_ids_cpu: Any) -> list[list[int]]:
+        """The method's drafts (request-major, input-batch order), each within its cap."""
         raise NotImplementedError

@@ -58,24 +58,31 @@ class JacobiProposer(AnyOrderProposer):
             self._verified[req_id] = (drafts[d : d + k], greedy[row : row + k + 1])
             row, d = row + k + 1, d + k
 
-    def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu,
-                slot_mappings=None) -> list[list[int]]:
+    def draft(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu) -> list[list[int]]:
         req_ids = self.batch_req_ids()
         if len(req_ids) != len(sampled_token_ids):
             return [[] for _ in sampled_token_ids]
         per_request = self._per_request_cap(sum(1 for c in sampled_token_ids if c))
-        chains: list[list[int]] = []
+        states: list[JacobiState | None] = []
+        limits: list[int] = []
         for i, req_id in enumerate(req_ids):
             committed = list(sampled_token_ids[i])
             if not committed:  # partial prefill chunk or discarded request: nothing to draft
-                chains.append([])
+                states.append(None)
+                limits.append(0)
                 continue
             n_ctx = int(num_tokens_no_spec[i])
             state = self._advance(req_id, committed, n_ctx)
             if state is None:
                 state = JacobiState(self.settings, token_ids_cpu[i, :n_ctx].tolist())
                 self._states[req_id] = state
-            chains.append(state.next_chain(min(per_request, self.max_model_len - n_ctx)))
+            states.append(state)
+            limits.append(min(per_request, self.max_model_len - n_ctx))
+        # the budget may cut a chain to any length, 0 included: the state keeps its whole
+        # iterate (and its pools) warm, and a shorter chain is verified exactly the same way
+        caps = self.draft_caps(limits)
+        chains = [state.next_chain(cap) if state is not None and cap > 0 else []
+                  for state, cap in zip(states, caps)]
         self.drop_departed(self._states)  # finished, aborted or preempted
         self._verified = {}
         return chains

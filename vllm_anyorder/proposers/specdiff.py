@@ -64,15 +64,18 @@ class SpecDiffProposer(AnyOrderProposer):
     def drafter_device(self):
         return next(self.drafter.parameters()).device
 
-    def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu,
-                slot_mappings=None) -> list[list[int]]:
+    def draft(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu) -> list[list[int]]:
         s = self.settings
+        limits = [min(s.num_draft_tokens, self.max_model_len - int(num_tokens_no_spec[i]))
+                  if committed else 0  # partial prefill chunk: nothing to draft
+                  for i, committed in enumerate(sampled_token_ids)]
+        # the budget's cap per request; a request capped at 0 is left out of the drafter's
+        # batch (no drafter forward at all when every cap is 0)
         rows, contexts, budgets = [], [], []
-        for i, committed in enumerate(sampled_token_ids):
-            n_ctx = int(num_tokens_no_spec[i])
-            budget = min(s.num_draft_tokens, self.max_model_len - n_ctx)
-            if not committed or budget <= 0:  # partial prefill chunk, or no room left
+        for i, budget in enumerate(self.draft_caps([max(0, lim) for lim in limits])):
+            if budget <= 0:
                 continue
+            n_ctx = int(num_tokens_no_spec[i])
             rows.append(i)
             contexts.append(token_ids_cpu[i, max(0, n_ctx - s.context_window) : n_ctx].tolist())
             budgets.append(budget)

@@ -29,11 +29,11 @@ MAX_LEN = 64
 BS = 4  # block size of the fake block table
 
 
-def make_proposer(k=3, drafter="self", seed=0):
+def make_proposer(k=3, drafter="self", seed=0, budget="fixed"):
     from vllm_anyorder.proposers.assd import AssdProposer
 
     additional = {}
-    config.store(additional, "assd", AssdConfig(k=k, drafter=drafter, seed=seed))
+    config.store(additional, "assd", AssdConfig(k=k, drafter=drafter, seed=seed, budget=budget))
     vllm_config = NS(speculative_config=NS(num_speculative_tokens=k),
                      model_config=NS(max_model_len=MAX_LEN, get_vocab_size=lambda: V),
                      additional_config=additional)

@@ -32,7 +32,7 @@ PAD = V - 1  # garbage beyond each request's length in token_ids_cpu
 
 def make_proposer(num_spec=16, max_model_len=MAX_LEN, **options):
     additional = {}
-    config.store(additional, "jacobi", JacobiConfig(**{"block_size": 8, **options}))
+    config.store(additional, "jacobi", JacobiConfig(**{"block_size": 8, "budget": "fixed", **options}))
     vllm_config = NS(
         speculative_config=NS(num_speculative_tokens=num_spec),
         model_config=NS(max_model_len=max_model_len),
@@ -361,3 +361,25 @@ def test_step_drafts_shares_the_drafts_of_a_step_across_the_batch():
     drive(p, run, batch, refs, chains, [[1, 3], [None, 0], [0, None], [2, 2]], cap=3)
     assert p._per_request_cap(1) == 6 and p._per_request_cap(8) == 1  # never below 1
     assert make_proposer()._per_request_cap(8) == p.max_chain  # 0: no limit
+
+
+# ----------------------------------------------------------------------------- budget
+def test_the_budget_cuts_chains_and_keeps_the_iterate_warm():
+    """``cycle:3,0,5`` (the test hook): chains of 3, 0, 5 drafts in turn; the state advances
+    through the steps without drafts and equals a reference fed the same (cut) chains."""
+    p = make_proposer(budget="cycle:3,0,5")
+    run, batch = runner("a"), Batch([1, 2, 3, 4, 5])
+    ref = JacobiState(p.settings, [1, 2, 3, 4, 5, 6])
+    chain = prefill(p, run, batch, [6])[0]
+    lengths = [len(chain)]
+    for step in range(5):
+        greedy, committed = committed_rows(chain, min(1, len(chain)), salt=step)
+        p.observe_verification(run, logits_for(greedy), metadata([chain]))
+        batch.commit(0, committed)
+        ref.advance(chain, greedy, committed)
+        state = p._states["a"]
+        chain = p.propose([committed], batch.num_tokens, batch.tokens)[0]
+        assert p._states["a"] is state  # never restarted by a step without drafts
+        assert chain == ref.next_chain(len(chain))
+        lengths.append(len(chain))
+    assert lengths == [3, 0, 5, 3, 0, 5]

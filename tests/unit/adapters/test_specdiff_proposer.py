@@ -33,7 +33,7 @@ def drafter_dir(tmp_path_factory):
 def make_proposer(drafter_dir, gamma=6, max_model_len=MAX_LEN, **options):
     additional = {}
     cfg = SpecDiffConfig(**{"drafter": drafter_dir, "num_draft_tokens": gamma, "steps": 3,
-                            "dtype": "float32", **options})
+                            "dtype": "float32", "budget": "fixed", **options})
     config.store(additional, "specdiff", cfg)
     vllm_config = NS(speculative_config=NS(num_speculative_tokens=gamma),
                      model_config=NS(max_model_len=max_model_len), additional_config=additional)

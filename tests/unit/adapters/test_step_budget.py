@@ -1,0 +1,80 @@
+"""The budget adapter (proposers/budget.py): what it measures from vLLM's steps."""
+
+import pytest
+
+from vllm_anyorder.proposers import budget as budget_module
+from vllm_anyorder.proposers.budget import StepBudget
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    c = Clock()
+    monkeypatch.setattr(budget_module.time, "perf_counter", c)
+    return c
+
+
+def step(b, clock, req_ids, sampled, scheduled, caps_limits, seconds):
+    """One engine step as the proposer base drives it; returns the caps."""
+    b.verified(req_ids, scheduled)
+    start = clock.now
+    b.begin(req_ids, sampled)
+    caps = b.caps(req_ids, caps_limits)
+    b.end(req_ids, [[7] * c for c in caps], start)
+    clock.now += seconds
+    return caps
+
+
+def test_steps_are_measured_only_when_the_batch_ran_unchanged(clock):
+    b = StepBudget("auto", 4)
+    recorded = []
+    b.controller.record_step = lambda rows, drafting, s: recorded.append((rows, drafting, s))
+    caps = step(b, clock, ["a"], [[1]], None, [4], 0.010)  # first step: nothing to close
+    assert recorded == []
+    step(b, clock, ["a"], [[1, 2]], [caps[0]], [4], 0.020)
+    assert recorded == [(1 + caps[0], caps[0] > 0, pytest.approx(0.010))]
+    step(b, clock, ["a", "b"], [[1], [5]], [0, 0], [4, 4], 0.030)  # "b" joined: not clean
+    step(b, clock, ["a", "b"], [[1], []], [0, 0], [4, 4], 0.030)  # "b" partial prefill
+    assert len(recorded) == 1
+
+
+def test_acceptance_counts_only_our_drafts(clock):
+    b = StepBudget("cycle:2", 4)
+    b.controller.kind = "auto"  # measure, while the caps stay the hook's
+    seen = []
+    b.controller.record_verified = lambda r, k, acc: seen.append((r, k, acc))
+    b.controller.allot = lambda req_ids, limits: [2, 0]
+    step(b, clock, ["a", "b"], [[1], [1]], None, [4, 4], 0.01)
+    # vLLM padded "b" to [token, -1, -1] (scheduled 2) but we drafted nothing for it
+    step(b, clock, ["a", "b"], [[1, 2], [3]], [2, 2], [4, 4], 0.01)
+    assert seen == [("a", 2, 1)]
+
+
+def test_fixed_budget_measures_nothing_and_keeps_limits(clock):
+    b = StepBudget("fixed", 8)
+    for _ in range(3):
+        assert step(b, clock, ["a", "b"], [[1], [1]], [8, 3], [8, 3], 0.01) == [8, 3]
+    assert b.controller.measured == 0 and b.stats()["mode"] == "fixed"
+
+
+def test_tp_ranks_record_rank_zero_measurement(clock):
+    class Group:
+        rank_in_group = 1
+
+        def broadcast_object(self, obj, src=0):
+            assert src == 0
+            return 0.5  # rank 0 measured this
+
+    b = StepBudget("auto", 4, tp_group=Group())
+    recorded = []
+    b.controller.record_step = lambda rows, drafting, s: recorded.append(s)
+    step(b, clock, ["a"], [[1]], None, [4], 0.010)
+    step(b, clock, ["a"], [[1]], [0], [4], 0.010)
+    assert recorded == [0.5]

@@ -1,0 +1,114 @@
+"""The budget controller's adapter: what vLLM's steps tell it, and the caps it hands back.
+
+One instance per proposer (every method). The proposer base class calls, each engine step:
+
+* :meth:`StepBudget.verified` from ``observe_verification`` -- drafts vLLM scheduled per
+  request this step (``spec_decode_metadata.num_draft_tokens``);
+* :meth:`StepBudget.begin` first thing in ``propose`` -- closes the measurement of the
+  previous decision: wall seconds from the previous ``begin`` to now (that decision's
+  drafting work + this step's forward over its rows), kept only when the batch ran
+  unchanged (no request joined, left or prefilled); and each drafted request's outcome
+  (committed tokens - 1 = accepted drafts);
+* :meth:`StepBudget.caps` -- drafts per request for the next step (``core.budget``);
+* :meth:`StepBudget.end` with the drafts actually returned.
+
+Tensor parallelism: every rank runs the same controller on the same inputs. Acceptance is the
+same on every rank (outputs are); step times are not, so rank 0's measurement is broadcast
+over the TP group each step and every rank records that one: identical decisions, and the
+controller's digest is part of ``diagnostics`` (the ranks must agree).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from vllm_anyorder.core.budget import BudgetController, BudgetSettings
+
+logger = logging.getLogger("vllm_anyorder")
+LOG_INTERVAL_ENV = "VLLM_ANYORDER_BUDGET_LOG_INTERVAL"  # seconds between summaries (0: off)
+
+
+@dataclass
+class _Pending:
+    """The last decision, until the next step tells what it cost and what it kept."""
+
+    req_ids: tuple[str, ...]
+    drafted: dict[str, int]  # req_id -> drafts returned to vLLM
+    start: float
+
+
+class StepBudget:
+    def __init__(self, mode: str, max_drafts: int, tp_group: Any = None) -> None:
+        self.controller = BudgetController(BudgetSettings(mode=mode, max_drafts=max_drafts))
+        self.tp_group = tp_group  # vLLM's TP GroupCoordinator when world size > 1
+        self._pending: _Pending | None = None
+        self._scheduled: dict[str, int] = {}
+        self._log_every = float(os.environ.get(LOG_INTERVAL_ENV, "30"))
+        self._logged = time.monotonic()
+
+    @property
+    def mode(self) -> str:
+        return self.controller.kind
+
+    def verified(self, req_ids: list[str], num_draft_tokens: list[int] | None) -> None:
+        self._scheduled = dict(zip(req_ids, num_draft_tokens or []))
+
+    def begin(self, req_ids: list[str], sampled_token_ids: list[list[int]]) -> None:
+        now = time.perf_counter()
+        pending, self._pending = self._pending, None
+        scheduled, self._scheduled = self._scheduled, {}
+        if self.controller.kind != "auto":
+            return
+        clean = pending is not None and tuple(req_ids) == pending.req_ids and \
+            all(sampled_token_ids)
+        seconds = self._shared(now - pending.start if clean else 0.0)
+        if pending is None:
+            return
+        for req_id, committed in zip(req_ids, sampled_token_ids):
+            ours = pending.drafted.get(req_id, 0)
+            k = min(ours, scheduled.get(req_id, 0))
+            if k and committed:
+                self.controller.record_verified(req_id, k, len(committed) - 1)
+        if clean and seconds > 0:
+            rows = len(req_ids) + sum(scheduled.get(r, 0) for r in req_ids)
+            self.controller.record_step(rows, any(pending.drafted.values()), seconds)
+        self.controller.forget(set(req_ids))
+
+    def caps(self, req_ids: list[str], limits: list[int]) -> list[int]:
+        return self.controller.allot(req_ids, limits)
+
+    def end(self, req_ids: list[str], chains: list[list[int]], start: float) -> None:
+        self._pending = _Pending(tuple(req_ids),
+                                 {r: len(c) for r, c in zip(req_ids, chains) if c}, start)
+        self._maybe_log()
+
+    def _shared(self, seconds: float) -> float:
+        """Rank 0's measurement on every rank (a collective: every rank calls it every step)."""
+        if self.tp_group is None:
+            return seconds
+        return float(self.tp_group.broadcast_object(seconds, src=0))
+
+    def _maybe_log(self) -> None:
+        if self._log_every <= 0 or self.controller.kind != "auto":
+            return
+        now = time.monotonic()
+        if now - self._logged >= self._log_every:
+            self._logged = now
+            if self.tp_group is None or self.tp_group.rank_in_group == 0:
+                logger.info("vllm_anyorder: %s", self.controller.summary())
+
+    def digest(self) -> str:
+        """Fingerprint of everything the controller's decisions depend on."""
+        state = json.dumps(self.controller.state(), sort_keys=True)
+        return hashlib.sha256(state.encode()).hexdigest()[:16]
+
+    def stats(self) -> dict[str, Any]:
+        return {"mode": self.mode, **self.controller.totals,
+                "cost_slope_ms_per_row": self.controller.cost.slope() * 1e3,
+                "last_rows": self.controller.last.rows, "summary": self.controller.summary()}
