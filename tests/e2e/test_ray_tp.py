@@ -179,3 +179,5 @@ def test_tp2_over_ray_equals_single_process(method, ray_head, single_process, re
     # the same per-request state on both ranks (keys of per-request dicts, integer counters)
     assert states[0]["fingerprint"] == states[1]["fingerprint"], states
     assert states[0]["containers"] == states[1]["containers"], states
+    # the same speculation budget: rank 0's step times shared, the same decisions
+    assert states[0]["budget"] == states[1]["budget"], states

@@ -32,6 +32,9 @@ from vllm_anyorder.core.budget import BudgetController, BudgetSettings
 
 logger = logging.getLogger("vllm_anyorder")
 LOG_INTERVAL_ENV = "VLLM_ANYORDER_BUDGET_LOG_INTERVAL"  # seconds between summaries (0: off)
+# a directory: every worker appends one JSON line per step (what it verified, what it kept,
+# what the step cost) to trace-<pid>.jsonl there (benchmarks/budget_replay.py replays them)
+TRACE_ENV = "VLLM_ANYORDER_BUDGET_TRACE"
 
 
 @dataclass
@@ -51,6 +54,9 @@ class StepBudget:
         self._scheduled: dict[str, int] = {}
         self._log_every = float(os.environ.get(LOG_INTERVAL_ENV, "30"))
         self._logged = time.monotonic()
+        trace_dir = os.environ.get(TRACE_ENV)
+        self._trace = open(os.path.join(trace_dir, f"trace-{os.getpid()}.jsonl"), "a") \
+            if trace_dir else None
 
     @property
     def mode(self) -> str:
@@ -63,21 +69,31 @@ class StepBudget:
         now = time.perf_counter()
         pending, self._pending = self._pending, None
         scheduled, self._scheduled = self._scheduled, {}
-        if self.controller.kind != "auto":
+        if self.controller.kind != "auto" and self._trace is None:
             return
         clean = pending is not None and tuple(req_ids) == pending.req_ids and \
             all(sampled_token_ids)
         seconds = self._shared(now - pending.start if clean else 0.0)
         if pending is None:
             return
+        outcomes = []
         for req_id, committed in zip(req_ids, sampled_token_ids):
-            ours = pending.drafted.get(req_id, 0)
-            k = min(ours, scheduled.get(req_id, 0))
-            if k and committed:
-                self.controller.record_verified(req_id, k, len(committed) - 1)
+            k = min(pending.drafted.get(req_id, 0), scheduled.get(req_id, 0))
+            if committed:
+                outcomes.append((req_id, k, len(committed) - 1 if k else 0))
+        rows = len(req_ids) + sum(scheduled.get(r, 0) for r in req_ids)
+        drafting = any(pending.drafted.values())
+        if self._trace is not None:
+            self._trace.write(json.dumps({"rows": rows, "drafting": drafting, "clean": clean,
+                                          "seconds": seconds, "requests": outcomes}) + "\n")
+            self._trace.flush()
+        if self.controller.kind != "auto":
+            return
+        for req_id, k, accepted in outcomes:
+            if k:
+                self.controller.record_verified(req_id, k, accepted)
         if clean and seconds > 0:
-            rows = len(req_ids) + sum(scheduled.get(r, 0) for r in req_ids)
-            self.controller.record_step(rows, any(pending.drafted.values()), seconds)
+            self.controller.record_step(rows, drafting, seconds)
         self.controller.forget(set(req_ids))
 
     def caps(self, req_ids: list[str], limits: list[int]) -> list[int]:

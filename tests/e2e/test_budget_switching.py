@@ -1,0 +1,60 @@
+"""The speculation budget never changes outputs: with the test hook ``budget: "cycle:..."``
+each method's draft sizes switch mid-request every step (full, none, one, a few), and greedy
+outputs stay token-for-token those of the same engine without speculation, at batch 1 and in
+a batch of mixed lengths. (``auto``, the default, runs in every other e2e module.)"""
+
+import pytest
+
+from e2e.conftest import make_llm, shutdown
+
+pytestmark = pytest.mark.e2e
+
+CYCLE = "cycle:5,0,1,3,0,8"
+COMMON = dict(max_num_seqs=8, max_num_batched_tokens=128, max_model_len=256)
+PROMPTS = ["abc", "hello world", "klmnop\nab", "def f(x):", "zz", "ghij kl", "a b c", "p"]
+LENGTHS = [40, 3, 17, 64, 1, 29, 50, 8]
+
+
+def _greedy(llm, prompts, lengths):
+    from vllm import SamplingParams
+
+    params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in lengths]
+    return [list(o.outputs[0].token_ids) for o in llm.generate(prompts, params, use_tqdm=False)]
+
+
+def _check(model, spec, method, options=None):
+    base = make_llm(model, **COMMON)
+    try:
+        want_one = _greedy(base, PROMPTS[:1], [64])
+        want = _greedy(base, PROMPTS, LENGTHS)
+    finally:
+        shutdown(base)
+    opts = {"anyorder": {method: {**(options or {}), "budget": CYCLE}}}
+    llm = make_llm(model, speculative_config=spec, additional_config=opts, **COMMON)
+    try:
+        assert _greedy(llm, PROMPTS[:1], [64]) == want_one
+        assert _greedy(llm, PROMPTS, LENGTHS) == want
+        caps = llm.collective_rpc(lambda w: w.model_runner.drafter.budget.stats())[0]
+    finally:
+        shutdown(llm)
+    assert caps["mode"] == "cycle" and 0 < caps["steps_without_drafts"] < caps["steps"]
+    assert caps["drafted"] == 0  # the hook only switches sizes; it records nothing
+
+
+def test_jacobi_switching_sizes(cyclic_llama):
+    _check(cyclic_llama, {"method": "jacobi", "num_speculative_tokens": 8}, "jacobi")
+
+
+def test_specdiff_switching_sizes(cyclic_llama, cyclic_drafter):
+    _check(cyclic_llama, {"method": "specdiff", "model": str(cyclic_drafter),
+                          "num_speculative_tokens": 8}, "specdiff", {"steps": 2})
+
+
+@pytest.mark.parametrize("drafter", ["self", "ngram"])
+def test_assd_switching_sizes(tmp_path_factory, drafter):
+    from asarm_models import build_tiny_asarm
+
+    model = build_tiny_asarm(tmp_path_factory.mktemp("asarm-budget"), vocab_size=64, seed=1,
+                             std=0.3)
+    _check(model, {"method": "assd", "num_speculative_tokens": 8}, "assd",
+           {"drafter": drafter})
