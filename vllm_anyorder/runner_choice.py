@@ -40,13 +40,18 @@ def needs_v1(vllm_config: Any) -> str | None:
 
 def forced_v2_message(reason: str, vllm_config: Any) -> str:
     """The start-up error when V2 is forced on a configuration that needs V1."""
-    forced_by = [f"{ENV}={os.environ[ENV]}"] if os.environ.get(ENV) else []
+    forced_by, fixes = [], []
+    if os.environ.get(ENV):
+        forced_by.append(f"{ENV}={os.environ[ENV]}")
+        fixes.append(f"unset {ENV} (or set it to 0)")
     attention = getattr(vllm_config, "attention_config", None)
     if getattr(attention, "hisparse_config", None) is not None:
         forced_by.append("a HiSparse attention config")
+        fixes.append("remove the HiSparse config")
     if getattr(vllm_config, "watermark_config", None) is not None:
         forced_by.append("a watermark config")
+        fixes.append("remove the watermark config")
     return (f"{reason}: only vLLM's V1 model runner is supported (the plugin's runner hooks "
             f"and attention builders are written for it), but the V2 model runner is forced "
-            f"by {' and '.join(forced_by) or 'the configuration'}; unset {ENV} (or set it "
-            f"to 0) and drop HiSparse / watermarking")
+            f"by {' and '.join(forced_by) or 'the configuration'}; "
+            f"{' and '.join(fixes) or f'set {ENV}=0'}")

@@ -76,7 +76,7 @@ def test_register_twice_applies_the_front_end_patches_once():
         }))
     """, VLLM_PLUGINS="")
     assert result["applied"] == ["cpu_expand_kernel", "cpu_padded_drafts", "infill_requests",
-                                 "method_names"]
+                                 "method_names", "spec_method_choices", "v1_model_runner"]
     assert result["same_wrapper"] and result["kernel_same"]
     assert result["wrapped_by_us"] and result["wraps_vllm"]
 
@@ -95,6 +95,14 @@ def test_disabled_patch_is_skipped(monkeypatch):
         def process_inputs(self, request_id, prompt, params, *args, **kwargs):
             return "stock"
 
+    class FakeVllmConfig:
+        def _get_v2_model_runner_unsupported_features(self):
+            return []
+
+        @property
+        def use_v2_model_runner(self):
+            return False
+
     stock = FakeEngineArgs.create_speculative_config
     kernels = SimpleNamespace(_expand_kernel_impl=lambda *a: None)
     stock_kernel = kernels._expand_kernel_impl
@@ -102,9 +110,12 @@ def test_disabled_patch_is_skipped(monkeypatch):
     monkeypatch.setattr(_compat, "engine_args_cls", lambda: FakeEngineArgs)
     monkeypatch.setattr(_compat, "cpu_triton_utils", lambda: kernels)
     monkeypatch.setattr(_compat, "input_processor_cls", lambda: FakeInputProcessor)
-    monkeypatch.setenv("VLLM_ANYORDER_DISABLE_PATCHES", " cpu_expand_kernel ,infill_requests")
+    monkeypatch.setattr(_compat, "vllm_config_cls", lambda: FakeVllmConfig)
+    monkeypatch.setenv("VLLM_ANYORDER_DISABLE_PATCHES",
+                       " cpu_expand_kernel ,infill_requests, spec_method_choices")
     vllm_anyorder.apply_front_end_patches()
-    assert patches.applied() == {"method_names", "cpu_padded_drafts"}  # no such kernel: no-op
+    assert patches.applied() == {"method_names", "cpu_padded_drafts",  # no such kernel: no-op
+                                 "v1_model_runner"}
     assert FakeInputProcessor().process_inputs("r", None, None) == "stock"
     assert kernels._expand_kernel_impl is stock_kernel
     assert FakeEngineArgs.create_speculative_config is not stock

@@ -182,3 +182,110 @@ def test_the_users_dicts_are_not_mutated():
 def test_resolving_twice_gives_the_same_result():
     once = engine_setup.resolve({"method": "jacobi", "num_speculative_tokens": 8}, None, AR)
     assert engine_setup.resolve(*once, AR) == once
+
+
+# --- vLLM's shorthand flags (--spec-method / --spec-model / --spec-tokens) ---
+
+def engine_args(speculative_config=None, **flags):
+    """The EngineArgs fields on_speculative_config reads (vLLM's own class is tested in
+    tests/plugin/test_front_end_config.py)."""
+    fields = {"spec_method": None, "spec_model": None, "spec_tokens": None, **flags}
+    return NS(speculative_config=speculative_config, additional_config={}, **fields)
+
+
+@pytest.mark.parametrize("flags,spec", [
+    ({"spec_method": "jacobi", "spec_tokens": 8}, {"method": "jacobi", "num_speculative_tokens": 8}),
+    ({"spec_model": PROPOSER, "spec_tokens": 8}, {"model": PROPOSER, "num_speculative_tokens": 8}),
+    ({"spec_method": "assd"}, {"method": "assd"}),
+])
+def test_shorthand_flags_resolve_like_the_dict(flags, spec):
+    by_flags, by_dict = engine_args(**flags), engine_args(dict(spec))
+    target = model_config(["AnySubsetLlamaForCausalLM"], "anyorder_llama") \
+        if flags.get("spec_method") == "assd" else AR
+    engine_setup.on_speculative_config(by_flags, target)
+    engine_setup.on_speculative_config(by_dict, target)
+    assert by_flags.speculative_config["method"] == "custom_class"
+    assert (by_flags.speculative_config, by_flags.additional_config) == \
+        (by_dict.speculative_config, by_dict.additional_config)
+    # consumed: vLLM's own merge, which runs after the hook, must not merge them again
+    assert (by_flags.spec_method, by_flags.spec_model, by_flags.spec_tokens) == (None,) * 3
+
+
+def test_shorthand_flags_complete_a_dict_without_mutating_it():
+    user = {"method": "jacobi"}
+    args = engine_args(user, spec_tokens=4)
+    engine_setup.merge_shorthand(args)
+    assert args.speculative_config == {"method": "jacobi", "num_speculative_tokens": 4}
+    assert user == {"method": "jacobi"}
+
+
+@pytest.mark.parametrize("spec,flags,flag", [
+    ({"method": "ngram"}, {"spec_method": "jacobi"}, "--spec-method"),
+    ({"num-speculative-tokens": 8}, {"spec_tokens": 8}, "--spec-tokens"),  # dash keys too
+    ({"model": "x"}, {"spec_model": "y"}, "--spec-model"),
+])
+def test_a_flag_and_the_same_key_in_the_dict_are_mutually_exclusive(spec, flags, flag):
+    """vLLM's own rule (engine/arg_utils.py create_speculative_config), also for its methods."""
+    with pytest.raises(ValueError, match=f"{flag} and --speculative-config.*mutually exclusive"):
+        engine_setup.on_speculative_config(engine_args(spec, **flags), AR)
+
+
+def test_no_flags_leave_the_config_alone():
+    args = engine_args(None)
+    engine_setup.on_speculative_config(args, AR)
+    assert args.speculative_config is None
+    args = engine_args({"method": "ngram", "num_speculative_tokens": 3}, spec_tokens=None)
+    engine_setup.on_speculative_config(args, AR)
+    assert args.speculative_config == {"method": "ngram", "num_speculative_tokens": 3}
+
+
+def test_shorthand_flags_are_validated_like_the_dict():
+    with pytest.raises(AnyOrderConfigError, match="MAX_SPEC_LEN"):
+        engine_setup.on_speculative_config(engine_args(spec_method="jacobi", spec_tokens=200), AR)
+
+
+# --- the guard on the lossless promise (exactness.py) ---
+
+LLADA = model_config(["LLaDAModelLM"], "llada")
+ASARM = model_config(["AnySubsetLlamaForCausalLM"], "anyorder_llama")
+
+
+@pytest.mark.parametrize("method,target", [
+    ({"method": "jacobi", "num_speculative_tokens": 8}, AR),
+    ({"method": "custom_class", "model": PROPOSER, "num_speculative_tokens": 8}, AR),
+    ({"method": "assd", "num_speculative_tokens": 4}, ASARM),
+    ({"method": "stepwise"}, LLADA),
+    ({"method": "ssd"}, LLADA),
+])
+@pytest.mark.parametrize("setting,value,match", [
+    ("rejection_sample_method", "synthetic", "made-up acceptance rates"),
+    ("rejection_sample_method", "block", "V2 model runner"),
+    ("rejection_sample_method", "fly", "lossy"),  # vLLM 0.33
+    ("rejection_sample_method", "future_rule", "only 'standard' is known to be exact"),
+    ("num_speculative_tokens_per_batch_size", [[1, 8, 2]], "dynamic speculative decoding"),
+])
+def test_inexact_verification_settings_are_refused(method, target, setting, value, match):
+    with pytest.raises(AnyOrderConfigError) as err:
+        engine_setup.resolve({**method, setting: value}, None, target)
+    msg = str(err.value)
+    assert f"speculative_config.{setting}={value!r}" in msg and match in msg
+    name = method["method"] if method["method"] != "custom_class" else "jacobi"
+    assert f"method '{name}'" in msg
+
+
+@pytest.mark.parametrize("extra", [
+    {}, {"rejection_sample_method": "standard"}, {"num_speculative_tokens_per_batch_size": None},
+    # drafting-side settings: no effect on custom_class verification (docs/CONTRACTS.md)
+    {"draft_sample_method": "probabilistic"}, {"disable_padded_drafter_batch": True},
+])
+def test_the_standard_rule_and_drafting_settings_pass(extra):
+    resolved, _ = engine_setup.resolve({"method": "jacobi", "num_speculative_tokens": 8, **extra},
+                                       None, AR)
+    assert resolved["method"] == "custom_class"
+    assert {k: resolved[k] for k in extra} == extra
+
+
+def test_vllms_own_methods_are_not_guarded():
+    spec = {"method": "ngram", "num_speculative_tokens": 4, "rejection_sample_method": "synthetic",
+            "synthetic_acceptance_length": 2.0}
+    assert engine_setup.resolve(dict(spec), None, AR) == (spec, None)
