@@ -6,6 +6,7 @@ import importlib
 import importlib.metadata as metadata
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -152,7 +153,8 @@ def test_every_ledger_entry_documents_why_what_checked_remove():
         doc = entry["doc"] or ""
         for section in ("Why:", "What:", "Checked:", "Remove:"):
             assert section in doc, f"{entry['name']} lacks '{section}'"
-        assert "0.32" in doc.split("Checked:")[1], f"{entry['name']}: vLLM version checked"
+        checked = doc.split("Checked:")[1].split("Remove:")[0]
+        assert re.search(r"\b0\.3[23]\.0\b", checked), f"{entry['name']}: vLLM version checked"
         assert entry["why"] and entry["remove"], entry["name"]
 
 
@@ -197,4 +199,4 @@ def test_console_script_reports_the_vllm_version(cli_version):
     assert cli_version, "vllm-anyorder console script not installed"
     out, err = cli_version.communicate(timeout=120)
     assert cli_version.returncode == 0, err[-3000:]
-    assert "0.32" in out, out
+    assert re.search(r"\b0\.3[23]\.", out), out  # the CPU wheel is 0.32; GPU installs 0.32 or 0.33

@@ -22,7 +22,8 @@ def apply_asarm_prompt_lengths(prompt_lens) -> None:
     metadata's requests), which only the AS-ARM builders (``AsArmBuilderMixin``) read. Nothing else changes.
     Applied by the AS-ARM model class when it is built (worker processes only).
     Checked: vLLM 0.32.0 (``v1/worker/gpu_model_runner.py:2249``, prompt lengths read at
-    ``:2314``, called at ``:4142`` and ``:5751``).
+    ``:2315``, called at ``:4142`` and ``:5751``; padding ``v1/core/sched/scheduler.py:1130``)
+    and 0.33.0 (``:2253``, ``:2319``, ``:4108``, ``:5690``; ``scheduler.py:1307``).
     Remove: when ``CommonAttentionMetadata`` carries prompt lengths for every model (today
     only ``rswa_prefix_lens``, and only for R-SWA models, ``:2387-2389``).
     """
@@ -58,7 +59,8 @@ def apply_asarm_infill_positions(position_tables, batch_tables) -> None:
     by sequence index. The proposer reads the same tables for its drafting forward.
     Applied by the AS-ARM model class when it is built (worker processes only).
     Checked: vLLM 0.32.0 (``v1/worker/gpu_model_runner.py:2249``, called at ``:4142``
-    and ``:5751``; ``CachedRequestState`` in ``v1/worker/gpu_input_batch.py:35``).
+    and ``:5751``; ``CachedRequestState`` in ``v1/worker/gpu_input_batch.py:35``) and 0.33.0
+    (``:2253``, ``:4108``, ``:5690``; ``gpu_input_batch.py:35``).
     Remove: when vLLM carries per-request position ids to the model, or with infill serving.
     """
     cls = _compat.gpu_model_runner_cls()

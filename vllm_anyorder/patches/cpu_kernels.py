@@ -18,7 +18,9 @@ def apply_cpu_expand_kernel() -> None:
     What: replaces the module attribute with a dtype-preserving torch implementation before
     the CPU platform registers its kernel overrides (``worker_base.init_worker`` loads general
     plugins first, then calls ``register_triton_kernel_overrides``). GPU builds never call it.
-    Checked: vLLM 0.32.0 (``utils/cpu_triton_utils.py:394``, ``platforms/cpu.py:683-721``).
+    Checked: vLLM 0.32.0 (``utils/cpu_triton_utils.py:390``, ``platforms/cpu.py:683-721``)
+    and 0.33.0 (``:390``, ``platforms/cpu.py:709-747``; the GPU wheel ships the module, its
+    GPU platform never registers it).
     Remove: once upstream writes into ``output`` in place for every dtype.
     """
     module = _compat.cpu_triton_utils()
@@ -58,7 +60,9 @@ def apply_cpu_padded_drafts() -> None:
     whose first negative draft j was reached (output[j] written, i.e. nothing rejected
     before j) sets output[j] to the recovered token of position j and clears the rest,
     exactly the Triton kernel's result. Batches without negative drafts are untouched.
-    Checked: vLLM 0.32.0 (``utils/cpu_triton_utils.py:346``, ``platforms/cpu.py:683-721``).
+    Checked: vLLM 0.32.0 (``utils/cpu_triton_utils.py:346``, ``platforms/cpu.py:683-721``)
+    and 0.33.0 (``:346``, ``platforms/cpu.py:709-747``; Triton kernel's -1 check at
+    ``v1/sample/rejection_sampler.py:932``).
     Remove: once the C++ kernel rejects ``draft_token_id < 0``.
     """
     module = _compat.cpu_triton_utils()

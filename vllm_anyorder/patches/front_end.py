@@ -147,7 +147,8 @@ def apply_infill_requests(screen, complete) -> None:
     subclass of both ``InfillError`` (a ValueError) and ``VLLMValidationError``. Other
     requests pass through untouched.
     Checked: vLLM 0.32.0 (``v1/engine/input_processor.py:373``, max_tokens default at
-    ``:444``; callers ``v1/engine/llm_engine.py:271``, ``v1/engine/async_llm.py:474,491``).
+    ``:444``; callers ``v1/engine/llm_engine.py:271``, ``v1/engine/async_llm.py:474,491``)
+    and 0.33.0 (``:373``, ``:444``; ``llm_engine.py:271``, ``async_llm.py:483,500``).
     Remove: when vLLM lets a model validate request ``extra_args`` (or with infill serving).
     """
     cls = _compat.input_processor_cls()

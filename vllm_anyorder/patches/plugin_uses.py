@@ -88,7 +88,7 @@ def _bindings(nodes, accessors: dict[str, str]) -> dict[str, str]:
                     func.value.id == "_compat" and func.attr in accessors:
                 symbol = accessors[func.attr]
                 name = symbol.split(":")[1]
-                if not name or (name[0].isupper() and not name.isupper()):
+                if not name or (name.lstrip("_")[:1].isupper() and not name.isupper()):
                     bound.update({t.id: symbol for t in node.targets if isinstance(t, ast.Name)})
     return bound
 

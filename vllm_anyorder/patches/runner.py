@@ -22,7 +22,8 @@ def apply_verification_hook() -> None:
     (``[sum(num_draft+1), V]``, request-major in input-batch order) and the spec-decode
     metadata, before vLLM samples. Jacobi and the others only read the logits; the dLLM
     proposer overwrites them in place with one-hot rows of the decided tokens.
-    Checked: vLLM 0.32.0 (``v1/worker/gpu_model_runner.py:3437``, called at ``:4340``).
+    Checked: vLLM 0.32.0 (``v1/worker/gpu_model_runner.py:3437``, called at ``:4340``) and
+    0.33.0 (``:3403``, called at ``:4306``).
     Remove: when ``custom_class.propose`` receives the verification logits or argmax.
     """
     cls = _compat.gpu_model_runner_cls()
@@ -58,7 +59,9 @@ def apply_draft_probs_handover() -> None:
     Checked: vLLM 0.32.0 (``v1/worker/gpu_model_runner.py:4748`` dispatch, ``:4778``
     custom_class branch, ``:5019-5023`` EAGLE hand-over, ``:4719`` gather, reset at ``:4356``
     after ``_sample``; padding ``v1/core/sched/scheduler.py:1131-1153,1371``; -1 drafts
-    rejected in ``v1/sample/rejection_sampler.py:865``).
+    rejected in ``v1/sample/rejection_sampler.py:865``) and 0.33.0 (``:4714``, ``:4744``,
+    ``:4958-4962``, ``:4685``, ``:4322``; ``scheduler.py:1308-1330,1578``;
+    ``rejection_sampler.py:932``).
     Remove: when ``custom_class`` proposers can return draft probabilities (e.g. vLLM calls
     ``take_last_draft_probs`` for every drafter).
     """

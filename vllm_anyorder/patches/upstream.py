@@ -24,6 +24,7 @@ BATCH = "vllm.v1.worker.gpu_input_batch:InputBatch"
 CPU_UTILS = "vllm.utils.cpu_triton_utils"
 # wrapped attributes outside vLLM (not in a vLLM tree; checked by the plugin's own tests)
 FOREIGN = {"importlib.metadata.version": "Python standard library",
+           "importlib.metadata.metadata": "Python standard library",
            "RuntimeContext.get_accelerator_ids": "Ray 2.60.0 (runtime_context.py)"}
 
 
