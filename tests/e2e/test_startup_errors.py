@@ -18,6 +18,9 @@ pytestmark = pytest.mark.e2e
      "unknown key"),
     ({"method": "custom_class", "model": "vllm_anyorder.proposers.jacobi.JacobiProposer",
       "num_speculative_tokens": 8}, {"anyorder": {"jacobi": {"num_blocks": 0}}}, "num_blocks"),
+    # the guard on the lossless promise (on CPU vLLM itself would only fail in the worker)
+    ({"method": "jacobi", "num_speculative_tokens": 4, "rejection_sample_method": "synthetic",
+      "synthetic_acceptance_length": 2.0}, None, "rejection_sample_method='synthetic'"),
 ])
 def test_bad_config_fails_at_start_up(tiny_llama, spec, extra, match):
     import multiprocessing
@@ -50,6 +53,19 @@ def test_bad_specdiff_drafter_fails_at_start_up(tiny_llama, random_drafter, tmp_
                                                  "num_speculative_tokens": 8},
                  additional_config=extra)
     assert len(multiprocessing.active_children()) == before
+
+
+@pytest.mark.parametrize("flags,spec,match", [
+    ({"spec_method": "jacobi", "spec_tokens": 200}, None, "MAX_SPEC_LEN"),
+    ({"spec_method": "jacobi"}, {"method": "ngram"}, "mutually exclusive"),
+    ({"spec_tokens": 8}, {"method": "jacobi", "rejection_sample_method": "block"},
+     "rejection_sample_method='block'"),
+])
+def test_shorthand_flags_are_checked_like_the_dict(tiny_llama, flags, spec, match):
+    """vLLM's --spec-method / --spec-tokens (``LLM`` keyword arguments) go through the same
+    start-up checks (their resolved config equals the dict's: tests/plugin)."""
+    with pytest.raises(ValueError, match=match):
+        make_llm(tiny_llama, speculative_config=spec, **flags)
 
 
 def test_unknown_method_is_refused(tiny_llama):
