@@ -184,3 +184,18 @@ def load_prompts(n: int, prompt_tokens: int = 48) -> list[str]:
     from training.data import benchmark_prompts
 
     return benchmark_prompts(n, prompt_tokens)
+
+
+def repetition_share(outputs: list[list[int]], n: int = 4) -> float:
+    """Share of the outputs' n-grams that already occurred earlier in the same output (the
+    project's tiny targets loop, which flatters n-gram and Jacobi drafts: printed with every
+    table)."""
+    total = repeated = 0
+    for out in outputs:
+        seen: set[tuple[int, ...]] = set()
+        for i in range(len(out) - n + 1):
+            gram = tuple(out[i: i + n])
+            repeated += gram in seen
+            seen.add(gram)
+            total += 1
+    return repeated / max(1, total)

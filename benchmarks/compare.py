@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from benchmarks.common import REPO, cpu_dtype, machine, machine_info
+from benchmarks.common import REPO, cpu_dtype, machine, machine_info, repetition_share
 from benchmarks.isolated import QUIET_FOREIGN_CPU, run_row, wait_quiet
 
 # workers are asked for drafter diagnostics with collective_rpc(function)
@@ -157,6 +157,7 @@ def _row(cfg: Config, runs: dict[str, list[dict]], configs: list[Config], b: int
         reruns=sum(r["attempt"] - 1 for r in mine),
         engine_start_s=statistics.median(r["start_s"] for r in mine),
         first_output=first["outputs"][0],
+        repetition_4gram=repetition_share(first["outputs"]),
         **first["probe"])
     if "query_forwards" in row:  # drafting forwards count too: tokens per model forward
         row["model_forwards"] = generated - first["accepted"] + row["query_forwards"]
@@ -187,6 +188,9 @@ def _print(rows: list[dict], describe: str, repeats: int) -> None:
     for r in rows:
         if r["accepted_per_position"]:
             print(f"  accepted by position, {r['method']}: {r['accepted_per_position'][:20]}")
+    refs = {r["reference"]: r for r in rows if r["reference"] == r["method"]}
+    print("  repetition share of the reference output (repeated 4-grams): "
+          + ", ".join(f"{m}: {r['repetition_4gram']:.0%}" for m, r in refs.items()))
     loud = [r["method"] for r in rows if not r["all_rounds_quiet"]]
     if loud:
         print(f"  NOT QUIET (load average > cores/2 before, or other processes' CPU during, "

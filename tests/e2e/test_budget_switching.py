@@ -10,7 +10,7 @@ from e2e.conftest import make_llm, shutdown
 pytestmark = pytest.mark.e2e
 
 CYCLE = "cycle:5,0,1,3,0,8"
-COMMON = dict(max_num_seqs=8, max_num_batched_tokens=128, max_model_len=256)
+COMMON = dict(max_num_seqs=8, max_num_batched_tokens=256, max_model_len=256)
 PROMPTS = ["abc", "hello world", "klmnop\nab", "def f(x):", "zz", "ghij kl", "a b c", "p"]
 LENGTHS = [40, 3, 17, 64, 1, 29, 50, 8]
 

@@ -19,7 +19,8 @@ configured sizes every step), ``cycle:a,b,...`` (test hook: per-request caps a, 
 step by step, to switch sizes mid-request).
 
 Exploration: a measurement is only taken where the controller drafts, so now and then it
-probes a neighbour of its choice (no drafts when it drafts; more rows than it chose): often
+probes a neighbour of its choice (no drafts when it drafts; a quarter more rows; twice the
+rows; at least one draft per request): often
 while it warms up, then every ``probe_every`` steps. A new choice must beat the current one
 by ``hysteresis`` before the controller switches, so noise does not flap the decision.
 """
@@ -53,6 +54,7 @@ class BudgetSettings:
     warmup_steps: int = 24  # measured steps during which every other step probes
     probe_every: int = 32  # afterwards, one probe per this many measured steps
     hysteresis: float = 0.05  # a new choice must predict this much more goodput
+    stale_after: int = 200  # a probe re-measures a row count only this many steps later
 
 
 @dataclass
@@ -120,12 +122,16 @@ class BudgetController:
         order = self._ranked_rows(req_ids, limits)  # [(gain, row)], best first
         gains = [g for g, _ in order]
         plain = self._goodput(batch, 0, 0.0)
-        if plain is None:  # nothing measured yet: draft in full and measure it
-            self.last = Decision(len(order), batch, True)
-            return self._caps(order, len(order), batch)
+        if plain is None:  # nothing measured yet: plain decoding first, then grow from it
+            self.last = Decision(0, batch, True)
+            return [0] * batch
         prefix = _prefix_sums(gains)
+        # trust region: at most twice the largest drafting step measured (one draft per
+        # request before any): rows are explored by doubling, never by a blind jump to the
+        # maximum (a full chain at batch 16 can cost many plain steps)
+        reach = min(len(order), max(batch, 2 * self.cost.max_rows(True) - batch))
         best, best_val = 0, plain
-        for r in _candidates(len(order)):
+        for r in _candidates(reach):
             val = self._goodput(batch, r, prefix[r])
             if val is not None and val > best_val * (1 + 1e-9):
                 best, best_val = r, val
@@ -136,15 +142,19 @@ class BudgetController:
             best, best_val = anchor, anchor_val
         self.chosen = best
         rows, probe = best, self._probe_due()
-        if probe:  # a neighbour of the choice: no drafts, or more rows (at least 1 each)
+        if probe:  # a neighbour of the choice: no drafts, a few more rows, or twice as many
             self.totals["probes"] += 1
-            if best > 0 and self.totals["probes"] % 2 == 1:
-                rows = 0
+            kind = self.totals["probes"] % 3
+            if best > 0 and kind == 0:
+                rows = 0 if self._stale(batch, False) else best
             else:
-                caps = self._caps(order, min(len(order), max(batch, 2 * best)), batch)
+                up = best + max(1, best // 4) if kind == 1 else 2 * best
+                caps = self._caps(order, min(len(order), max(batch, up)), batch)
                 caps = [c or min(1, lim) for c, lim in zip(caps, limits)]
-                self.last = Decision(sum(caps), batch, True, best_val, plain)
-                return caps
+                if self._stale(batch + sum(caps), True):
+                    self.last = Decision(sum(caps), batch, True, best_val, plain)
+                    return caps
+            probe = rows != best
         self.last = Decision(rows, batch, probe, best_val, plain)
         return self._caps(order, rows, batch)
 
@@ -153,6 +163,13 @@ class BudgetController:
         if best < anchor or anchor == 0:
             return False
         return self.cost.predict(batch + best, True) <= self.cost.predict(batch + anchor, True)
+
+    def _stale(self, rows: int, drafting: bool) -> bool:
+        """Worth a probe: never measured, or not since ``stale_after`` decisions (warm-up
+        probes always run: the first measurements are what everything rests on)."""
+        seen = self.cost.last_seen(rows, drafting)
+        return seen is None or self.measured < self.s.warmup_steps or \
+            self.decisions - seen >= self.s.stale_after
 
     def _probe_due(self) -> bool:
         m = self.measured

@@ -7,7 +7,8 @@ hand-set constant of the machine.
 * :class:`StepCost` -- wall seconds of one engine step as a function of the rows the target
   verifies (``rows`` = requests + drafts) and whether the step drafted at all (``drafting``:
   a drafting forward, the rejection sampler; ``False`` is plain decoding, the no-speculation
-  arm). Per arm, a table of log2 buckets of ``rows`` holds exponentially weighted means of
+  arm). Per arm, a table of buckets of ``rows`` (exact to 16, then four per doubling) holds
+  exponentially weighted means of
   (rows, seconds); predictions interpolate between measured buckets and extrapolate with the
   last measured slope, so a curve that is flat and then steep (bf16 on AVX512 CPUs: 9 rows
   cost ~1 row) is followed, not averaged away.
@@ -24,8 +25,10 @@ from dataclasses import dataclass
 
 
 def _bucket(rows: int) -> int:
-    """log2 bucket: 1 | 2 | 3-4 | 5-8 | 9-16 | ..."""
-    return max(0, math.ceil(math.log2(max(1, rows))))
+    """Exact up to 16 rows (where a CPU's cost curve bends), then four per doubling."""
+    if rows <= 16:
+        return max(1, rows)
+    return 17 + int(4 * math.log2(rows / 16.0))
 
 
 @dataclass
@@ -66,6 +69,10 @@ class StepCost:
 
     def known(self, rows: int, drafting: bool) -> bool:
         return _bucket(rows) in self.tables[bool(drafting)]
+
+    def max_rows(self, drafting: bool) -> int:
+        """The most rows of a measured step of this arm (0 before any)."""
+        return int(max((m.rows for m in self.tables[bool(drafting)].values()), default=0))
 
     def last_seen(self, rows: int, drafting: bool) -> int | None:
         mean = self.tables[bool(drafting)].get(_bucket(rows))

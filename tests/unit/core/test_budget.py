@@ -127,3 +127,43 @@ def test_identical_inputs_give_identical_decisions():
             for _ in range(2)]
     assert runs[0][1] == runs[1][1]
     assert runs[0][0].state() == runs[1][0].state()
+
+
+def realised_goodput(cost, accept, mode, steps=600, max_drafts=16, seed=0):
+    """Committed tokens per simulated second over the whole run, probes and warm-up included."""
+    rng = random.Random(seed)
+    ctl = BudgetController(BudgetSettings(mode=mode, max_drafts=max_drafts))
+    ids = [f"r{i}" for i in range(len(accept))]
+    tokens = seconds = 0.0
+    for _ in range(steps):
+        caps = ctl.allot(ids, [max_drafts] * len(ids))
+        rows = len(ids) + sum(caps)
+        spent = cost(rows, any(caps))
+        seconds += spent
+        ctl.record_step(rows, any(caps), spent)
+        for req_id, k, p in zip(ids, caps, accept):
+            n = 0
+            while n < k and rng.random() < p:
+                n += 1
+            if k:
+                ctl.record_verified(req_id, k, n)
+            tokens += n + 1
+    return tokens / seconds
+
+
+CURVES = {
+    "flat": (lambda r, d: 0.010, [0.9]),
+    "knee": (lambda r, d: 0.010 * (1 + 0.4 * max(0, r - 9)), [0.95]),
+    "linear": (lambda r, d: 0.010 + 0.001 * r + 0.001 * d, [0.7]),
+    "steep batch 4": (lambda r, d: 0.010 * r, [0.9] * 4),
+    "never accepted batch 16": (lambda r, d: 0.010 + 0.002 * r + 0.002 * d, [0.03] * 16),
+    "mixed batch 8": (lambda r, d: 0.010 + 0.0015 * r + 0.001 * d, [0.9, 0.1] * 4),
+}
+
+
+@pytest.mark.parametrize("curve", sorted(CURVES))
+def test_auto_is_within_5_percent_of_the_best_fixed_setting(curve):
+    """The issue's goal, on synthetic engines: >= 0.95 x max(no drafts, best fixed k)."""
+    cost, accept = CURVES[curve]
+    best = max(realised_goodput(cost, accept, f"cycle:{k}") for k in (0, 1, 2, 4, 8, 16))
+    assert realised_goodput(cost, accept, "auto") >= 0.95 * best
