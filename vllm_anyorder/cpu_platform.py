@@ -21,6 +21,7 @@ class AnyorderCpuPlatform(CpuPlatform):
         from vllm_anyorder import patches
 
         patches.apply("ray_cpu", on_cpu_platform=_on_cpu_platform)
+        patches.apply("cpu_shm_per_node")  # TP groups that span nodes: gloo, not /dev/shm
         return "CPU"
 
 

@@ -75,6 +75,8 @@ LEDGER: tuple[Patch, ...] = (
     Patch("ray_cpu", "Ray code paths on the plugin's CPU platform",
           "RayExecutorV2._get_actor_resource_kwargs, RuntimeContext.get_accelerator_ids",
           ray_cpu.apply_ray_cpu, ("on_cpu_platform",)),
+    Patch("cpu_shm_per_node", "Ray code paths on the plugin's CPU platform",
+          "_CPUSHMDistributed.make_group_name", ray_cpu.apply_cpu_shm_per_node),
 )
 BY_NAME: dict[str, Patch] = {p.name: p for p in LEDGER}
 

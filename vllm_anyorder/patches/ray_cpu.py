@@ -1,8 +1,10 @@
-"""Patches that let vLLM's Ray executor place CPU workers (the plugin's CPU platform only)."""
+"""Patches that let vLLM's Ray executor place CPU workers (the plugin's CPU platform only)
+and run their tensor-parallel groups across nodes."""
 
 from __future__ import annotations
 
 import functools
+import os
 
 from vllm_anyorder import _compat
 
@@ -47,3 +49,47 @@ def apply_ray_cpu(on_cpu_platform) -> None:
             return ids
 
         context.get_accelerator_ids = get_accelerator_ids
+
+
+def apply_cpu_shm_per_node() -> None:
+    """Keep vLLM's shared-memory all-reduce to ranks that share one ``/dev/shm``.
+
+    Why: on CPU, vLLM's TP/PP communicator uses its shared-memory all-reduce
+    (``_CPUSHMDistributed``) whenever every rank of a group computes the same group name;
+    the name is built from the rendezvous port, the group and its ranks only, so ranks on
+    different nodes agree on it too, and each then opens the others' segments in its own
+    ``/dev/shm``: start-up fails with "open shm in SHMManager failed. errno: 2" on every
+    multi-node CPU deployment (seen: TP = 2 over Ray, one rank per node, two network
+    namespaces with their own ``/dev/shm``; ``tests/e2e/test_ray_multinode.py``).
+    What: wraps ``_CPUSHMDistributed.make_group_name`` to append a token naming the
+    ``/dev/shm`` file system the rank sees (the kernel's boot id and the mount's device
+    number). Ranks on one node (one ``/dev/shm``) still agree and keep the fast path; ranks
+    on different nodes (or containers with separate ``/dev/shm``) disagree, and vLLM's own
+    check (``CpuCommunicator._all_group_ranks_share_shm_group_name``) then falls back to
+    ``torch.distributed`` (gloo over TCP) for that group. The same token on every rank of a
+    group keeps the shared-memory segment names consistent. Applied with ``ray_cpu``.
+    Checked: vLLM 0.32.0 (``distributed/device_communicators/cpu_communicator.py:36-82,
+    228-243``).
+    Remove: when vLLM's check also compares the ranks' hosts (or shared-memory domains).
+    """
+    shm = _compat.cpu_shm_distributed_cls()
+    if shm is None:
+        return
+    original = shm.make_group_name
+    token = _shm_domain()
+
+    @functools.wraps(original)
+    def make_group_name(communicator):
+        return f"{original(communicator)}-{token}" if token else original(communicator)
+
+    shm.make_group_name = staticmethod(make_group_name)
+
+
+def _shm_domain() -> str:
+    """Names the ``/dev/shm`` this process sees: equal on two ranks iff they share it."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            boot = fh.read().strip().replace("-", "")[:12]
+        return f"{boot}{os.stat('/dev/shm').st_dev:x}"
+    except OSError:
+        return ""

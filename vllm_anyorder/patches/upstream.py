@@ -71,6 +71,13 @@ SIGNATURES: tuple[Expect, ...] = (
     Expect("vllm.v1.executor.ray_executor_v2:RayExecutorV2._get_actor_resource_kwargs",
            "ray_cpu", (), decorator="staticmethod"),
     Expect("vllm.platforms.interface:Platform.ray_device_key", "ray_cpu (cpu_platform.py)"),
+    Expect("vllm.distributed.device_communicators.cpu_communicator:"
+           "_CPUSHMDistributed.make_group_name", "cpu_shm_per_node", ("communicator",),
+           decorator="staticmethod"),
+    # the fallback cpu_shm_per_node relies on: ranks whose group names differ use gloo
+    Expect("vllm.distributed.device_communicators.cpu_communicator:"
+           "CpuCommunicator._all_group_ranks_share_shm_group_name", "cpu_shm_per_node",
+           ("self",)),
 )
 
 
