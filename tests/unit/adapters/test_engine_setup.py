@@ -31,7 +31,7 @@ def test_jacobi_is_rewritten_to_the_custom_class_hook():
     assert additional["anyorder"]["resolved"] == "jacobi"
     assert additional["anyorder"]["jacobi"] == {
         "block_size": 8, "num_blocks": 3, "pool_size": 4, "spawn_ratio": 0.85,
-        "recycle": "pool_first", "step_drafts": 0}
+        "recycle": "pool_first", "step_drafts": 0, "budget": "auto"}
     # what the workers will read back
     assert config.load(additional, "jacobi", block_size=24) == JacobiConfig(block_size=8,
                                                                             num_blocks=3)
