@@ -5,8 +5,8 @@ Three kinds, one JSON format (``{"name", "kind", "label", "targets": {target: {.
 files in ``benchmarks/profiles/``; :func:`load_profile` / :func:`save_profile`):
 
 * ``measured`` -- fitted from a trace's own clean steps (``fit_measured``): per arm (drafting
-  or plain decoding) the median seconds at each row count, made non-decreasing, joined
-  piecewise-linearly; beyond the largest measured count the last segment's slope continues,
+  or plain decoding) the median seconds of each half-octave of rows, made non-decreasing
+  (pooled adjacent violators), joined piecewise-linearly; beyond the largest measured count the last segment's slope continues,
   below the smallest the least-squares line of the arm (floored at a tenth of the smallest
   measured step). An arm with no step borrows the other's curve. Batch and context are not
   inputs (they are whatever the recorded run had).
@@ -30,13 +30,15 @@ files in ``benchmarks/profiles/``; :func:`load_profile` / :func:`save_profile`):
 * ``gpu-measured`` -- forward times that ``gpu_forward_profile.py`` measured on a GPU (plain
   PyTorch, random bf16 weights), points ``{batch, rows, context, seconds}``; a query is
   interpolated linearly in rows, then between the two nearest measured batches and contexts
-  (clamped at the grid's ends in batch and context, extrapolated linearly in rows), plus
+  (clamped at the grid's ends in batch and context and below the fewest rows measured,
+  extrapolated linearly beyond the most), plus
   ``overhead_s`` (the forward alone has no scheduler).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,15 +132,32 @@ def _least_squares(pts: list[tuple[float, float]]) -> tuple[float, float]:
 
 
 def fit_measured(steps: list[dict]) -> Measured:
-    """Median seconds per (arm, rows) of a trace's clean steps (``seconds`` > 0)."""
-    groups: dict[tuple[bool, int], list[float]] = {}
+    """A measured profile from a trace's clean steps (``seconds`` > 0): per arm, steps grouped
+    in half-octave buckets of rows (a lone slow step, e.g. a GC pause, is outvoted by the
+    bucket's median), then made non-decreasing by pooling adjacent violators (weighted by the
+    steps each bucket holds)."""
+    groups: dict[tuple[bool, int], list[tuple[float, float]]] = {}
     for st in steps:
         if st.get("clean") and st.get("seconds", 0) > 0:
-            groups.setdefault((bool(st["drafting"]), int(st["rows"])), []).append(st["seconds"])
-    arms: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
-    for (arm, rows), secs in sorted(groups.items()):
-        arms[arm].append((float(rows), statistics.median(secs)))
-    return Measured(plain=arms[False], drafting=arms[True])
+            key = (bool(st["drafting"]), round(2 * math.log2(max(1, int(st["rows"])))))
+            groups.setdefault(key, []).append((float(st["rows"]), float(st["seconds"])))
+    arms: dict[bool, list[tuple[float, float, int]]] = {False: [], True: []}
+    for (arm, _), samples in sorted(groups.items()):
+        arms[arm].append((statistics.median(r for r, _ in samples),
+                          statistics.median(s for _, s in samples), len(samples)))
+    return Measured(plain=_pool_adjacent(arms[False]), drafting=_pool_adjacent(arms[True]))
+
+
+def _pool_adjacent(pts: list[tuple[float, float, int]]) -> list[tuple[float, float]]:
+    """Weighted isotonic fit of (rows, seconds, weight) by rows: a bucket slower than the
+    next is merged with it (weighted means) until seconds never fall."""
+    blocks: list[list[float]] = []  # [sum w*rows, sum w*seconds, sum w]
+    for x, y, w in sorted(pts):
+        blocks.append([w * x, w * y, float(w)])
+        while len(blocks) > 1 and blocks[-2][1] / blocks[-2][2] > blocks[-1][1] / blocks[-1][2]:
+            last = blocks.pop()
+            blocks[-1] = [a + b for a, b in zip(blocks[-1], last)]
+    return [(xs / w, ys / w) for xs, ys, w in blocks]
 
 
 @dataclass
@@ -162,7 +181,7 @@ class Grid:
 
         def curve(b):
             pts = _monotone([(p["rows"], p["seconds"]) for p in here if p["batch"] == b])
-            return max(piecewise(pts, rows), 0.0)
+            return pts[0][1] if rows <= pts[0][0] else piecewise(pts, rows)
 
         return (1 - wb) * curve(b0) + wb * curve(b1)
 
