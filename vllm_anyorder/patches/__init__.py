@@ -60,6 +60,8 @@ LEDGER: tuple[Patch, ...] = (
           front_end.apply_infill_requests, ("screen", "complete")),
     Patch("verification_hook", "workers, by every anyorder proposer", "GPUModelRunner._sample",
           runner.apply_verification_hook),
+    Patch("plain_decode_steps", "workers, by every anyorder proposer",
+          "GPUModelRunner._prepare_inputs", runner.apply_plain_decode_steps),
     Patch("draft_probs", "workers, by the assd proposer",
           "GPUModelRunner.propose_draft_token_ids, ._get_spec_decode_draft_probs",
           runner.apply_draft_probs_handover),

@@ -111,3 +111,44 @@ def apply_draft_probs_handover() -> None:
         return original_gather(self, spec_decode_metadata)
 
     cls._get_spec_decode_draft_probs = _get_spec_decode_draft_probs
+
+
+def apply_plain_decode_steps() -> None:
+    """Run an engine step in which no request has drafts on vLLM's plain decoding path.
+
+    Why: with any speculative config vLLM builds spec-decode metadata for every step, drafts
+    or not (``_prepare_inputs``: ``use_spec_decode = self.speculative_config is not None``),
+    so a step whose requests all have zero drafts still samples through the rejection sampler
+    (target probabilities, expand kernels, per-request bookkeeping). The speculation budget
+    makes such steps common (it drafts nothing wherever drafts do not pay), and they must
+    cost what a step of an engine without speculation costs.
+    What: wraps ``GPUModelRunner._prepare_inputs`` (inherited by the V1 ``CPUModelRunner``):
+    when the runner's drafter is a ``contract.VerificationObserver`` (an anyorder proposer),
+    the model is not hybrid (vLLM keeps per-step recurrent state only for those) and
+    ``scheduler_output.scheduled_spec_decode_tokens`` is empty, the original runs with
+    ``self.speculative_config`` hidden (``None``; restored in ``finally``): logits indices are
+    each request's last row, ``spec_decode_metadata`` is None and ``_sample`` takes vLLM's
+    plain sampler, the path of an engine without speculation. The drafter's attention
+    metadata is built afterwards in ``_build_attention_metadata`` with the config in place.
+    Checked: vLLM 0.32.0 (``v1/worker/gpu_model_runner.py:1920`` ``_prepare_inputs``, its
+    only ``speculative_config`` read at ``:2184``; called at ``:4022``; the plain path's
+    bookkeeping ``:3517``); vLLM 0.33.0 (``:1924``, the read at ``:2188``).
+    Remove: when vLLM skips spec-decode metadata for steps without drafts.
+    """
+    cls = _compat.gpu_model_runner_cls()
+    original = cls._prepare_inputs
+
+    @functools.wraps(original)
+    def _prepare_inputs(self, scheduler_output, *args, **kwargs):
+        spec = self.speculative_config
+        if spec is None or scheduler_output.scheduled_spec_decode_tokens or \
+                not isinstance(getattr(self, "drafter", None), VerificationObserver) or \
+                getattr(self.model_config, "is_hybrid", False):
+            return original(self, scheduler_output, *args, **kwargs)
+        self.speculative_config = None
+        try:
+            return original(self, scheduler_output, *args, **kwargs)
+        finally:
+            self.speculative_config = spec
+
+    cls._prepare_inputs = _prepare_inputs

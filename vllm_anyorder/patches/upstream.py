@@ -47,6 +47,9 @@ SIGNATURES: tuple[Expect, ...] = (
     Expect("vllm.exceptions:VLLMValidationError.__init__", "infill_requests",
            contains=("message", "parameter")),
     Expect(f"{RUNNER}._sample", "verification_hook", ("self", "logits", "spec_decode_metadata")),
+    Expect(f"{RUNNER}._prepare_inputs", "plain_decode_steps",
+           ("self", "scheduler_output", "num_scheduled_tokens")),
+    *_fields(RUNNER, "plain_decode_steps", "speculative_config", "model_config"),
     Expect(f"{RUNNER}.propose_draft_token_ids", "draft_probs", ("self", "...")),
     Expect(f"{RUNNER}._get_spec_decode_draft_probs", "draft_probs",
            ("self", "spec_decode_metadata")),
@@ -64,7 +67,7 @@ SIGNATURES: tuple[Expect, ...] = (
     *(Expect(f"vllm.v1.worker.cpu_model_runner:CPUModelRunner.{m}", "runner patches on CPU",
              same_as=f"{RUNNER}.{m}")
       for m in ("_sample", "propose_draft_token_ids", "_get_spec_decode_draft_probs",
-                "_build_attention_metadata")),
+                "_build_attention_metadata", "_prepare_inputs")),
     Expect("vllm.entrypoints.cli.main:main", "cli_version_lookup (calls version('vllm'))"),
     Expect("vllm.utils.import_utils:get_vllm_optional_dependencies",
            "cli_version_lookup (calls metadata('vllm'))"),

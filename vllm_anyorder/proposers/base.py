@@ -33,6 +33,7 @@ class AnyOrderProposer:
         from vllm_anyorder import patches
 
         patches.apply("verification_hook")
+        patches.apply("plain_decode_steps")  # steps without drafts: vLLM's plain path
         self.vllm_config = vllm_config
         self.max_chain = int(vllm_config.speculative_config.num_speculative_tokens)
         self.max_model_len = int(vllm_config.model_config.max_model_len)
