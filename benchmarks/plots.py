@@ -1,4 +1,5 @@
-"""PNG plots of a comparison's rows: speed-up vs k per method family, acceptance by position."""
+"""PNG plots of a comparison's rows: speed-up vs k per method family, acceptance by position;
+of a serving benchmark: throughput and TPOT vs concurrency."""
 
 from __future__ import annotations
 
@@ -47,3 +48,38 @@ def write_plots(rows: list[dict], out_prefix: Path, title: str) -> list[Path]:
     plt.close(fig)
     written.append(path)
     return written
+
+
+def write_serve_plot(rows: list[dict], out_prefix: Path, title: str) -> Path:
+    """``bench_serve`` rows: output throughput and mean TPOT against concurrency, one line
+    per method (and dataset, request rate, when several were run)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rates, datasets = {r["request_rate"] for r in rows}, {r["dataset"] for r in rows}
+    lines: dict[str, list[dict]] = {}
+    for r in rows:
+        label = r["method"] + (f", {r['dataset']}" if len(datasets) > 1 else "") + \
+            (f" @ {r['request_rate']} req/s" if len(rates) > 1 else "")
+        lines.setdefault(label, []).append(r)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for label, rs in lines.items():
+        rs = sorted(rs, key=lambda r: r["concurrency"])
+        x = [r["concurrency"] for r in rs]
+        left.plot(x, [r["output_throughput"] for r in rs], marker="o", label=label)
+        right.plot(x, [r["mean_tpot_ms"] for r in rs], marker="o", label=label)
+    for ax, what in ((left, "output throughput (tokens/s)"), (right, "mean TPOT (ms)")):
+        ax.set_xlabel("max concurrency (vLLM bench serve --max-concurrency)")
+        ax.set_ylabel(what)
+        ax.set_xscale("log", base=2)
+        ticks = sorted({r["concurrency"] for r in rows})
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    path = out_prefix.with_name(out_prefix.name + "-serve.png")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,181 @@
+"""Serving benchmark with vLLM's own client: ``vllm-anyorder bench serve`` against one
+``vllm-anyorder serve`` per method (one server alive at a time), at several concurrencies.
+
+    python -m benchmarks.bench_serve --model models/ar-target \\
+        --methods none,jacobi,ngram --concurrency 1,4,8 --num-prompts 40
+
+Per method: start the server (``load_test.Server``: loopback, the CPU's dtype, a KV cache
+that holds every concurrent request), then per ``--concurrency`` value (and per
+``--request-rate``, default ``inf``: all requests at once, limited by the concurrency) run
+vLLM's benchmark client with ``--save-result`` and keep its JSON. Prompts: the project's
+benchmark prompts (``common.load_prompts``) written as a ``custom`` JSONL, and/or
+``--dataset random`` (vLLM's random token ids). Every request generates ``--max-tokens``
+tokens (``--ignore-eos``).
+
+Methods: ``none`` (no speculation), ``jacobi``, ``ngram``, ``specdiff``, ``draft_model`` at
+``--k`` drafts (``benchmarks/configs.py``), plus any ``--config LABEL SPEC_JSON
+[ADDITIONAL_JSON]`` (what ``--speculative-config`` / ``--additional-config`` take).
+Writes ``benchmarks/results/serve-<time>.json`` (one row per method x concurrency x rate:
+output throughput, TPOT, TTFT, vLLM's acceptance length; plus each raw vLLM result) and
+``...-serve.png`` (output throughput and mean TPOT against concurrency per method).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks import configs
+from benchmarks.common import DEFAULT_MODEL, REPO, cpu_dtype, load_prompts, machine_info
+from benchmarks.load_test import Row, Server
+
+CLI = Path(sys.executable).with_name("vllm-anyorder")
+SERVED_NAME = "m"  # load_test.Server's --served-model-name
+KEPT = ("completed", "failed", "duration", "total_input_tokens", "total_output_tokens",
+        "request_throughput", "output_throughput", "mean_ttft_ms", "median_ttft_ms",
+        "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms", "mean_itl_ms",
+        "spec_decode_acceptance_length", "spec_decode_acceptance_rate")
+BUILT_IN = {
+    "none": lambda k: configs.no_spec(),
+    "jacobi": lambda k: configs.jacobi(k),
+    "ngram": lambda k: configs.ngram(k),
+    "specdiff": lambda k: configs.specdiff(k, steps=max(1, k // 4)),
+    "draft_model": lambda k: configs.draft_model(k),
+}
+
+
+def method_rows(methods: list[str], k: int, extra: list[list[str]]) -> dict[str, Row]:
+    """Label -> server set-up, built-in methods first, then each ``--config``."""
+    rows = {}
+    for name in methods:
+        if name not in BUILT_IN:
+            raise SystemExit(f"unknown method {name!r}: one of {sorted(BUILT_IN)}, or use "
+                             "--config LABEL SPEC_JSON [ADDITIONAL_JSON]")
+        cfg = BUILT_IN[name](k)
+        rows[name] = Row("target", cfg.speculative_config, cfg.additional_config or {})
+    for item in extra:
+        if len(item) not in (2, 3):
+            raise SystemExit("--config takes LABEL SPEC_JSON [ADDITIONAL_JSON]")
+        try:
+            spec, more = json.loads(item[1]), json.loads(item[2]) if len(item) == 3 else {}
+        except json.JSONDecodeError as exc:
+            raise SystemExit(f"--config {item[0]}: not JSON: {exc}") from None
+        rows[item[0]] = Row("target", spec or None, more)
+    return rows
+
+
+def write_prompts(path: Path, n: int, prompt_tokens: int) -> Path:
+    """The benchmark prompts as vLLM's ``custom`` dataset (one ``{"prompt": ...}`` a line)."""
+    with path.open("w") as f:
+        for prompt in load_prompts(n, prompt_tokens):
+            f.write(json.dumps({"prompt": prompt}) + "\n")
+    return path
+
+
+def client_command(args, base: str, dataset: str, prompts: Path, concurrency: int, rate: str,
+                   result: Path) -> list[str]:
+    """``vllm-anyorder bench serve`` for one point (vLLM's own flags)."""
+    cmd = [str(CLI), "bench", "serve", "--backend", "openai", "--base-url", base,
+           "--endpoint", "/v1/completions", "--model", str(args.model),
+           "--served-model-name", SERVED_NAME, "--num-prompts", str(args.num_prompts),
+           "--max-concurrency", str(concurrency), "--request-rate", rate, "--ignore-eos",
+           "--temperature", "0", "--seed", "0", "--num-warmups", str(args.warmups),
+           "--percentile-metrics", "ttft,tpot,itl", "--disable-tqdm", "--save-result",
+           "--result-dir", str(result.parent), "--result-filename", result.name]
+    if dataset == "custom":
+        return cmd + ["--dataset-name", "custom", "--dataset-path", str(prompts),
+                      "--custom-output-len", str(args.max_tokens), "--skip-chat-template"]
+    return cmd + ["--dataset-name", "random", "--random-input-len", str(args.prompt_tokens),
+                  "--random-output-len", str(args.max_tokens)]
+
+
+def run_method(label: str, row: Row, args, workdir: Path, prompts: Path) -> list[dict]:
+    points = [(d, c, r) for d in args.dataset for c in args.concurrency
+              for r in args.request_rate]
+    max_seqs = max(args.concurrency)
+    t0 = time.time()
+    # a KV cache for every concurrent request at full length, + one (vLLM keeps blocks aside)
+    with Server(str(args.model), row, workdir / f"{label}.log", max_model_len=args.max_model_len,
+                kv_tokens=(max_seqs + 1) * args.max_model_len, max_num_seqs=max_seqs) as server:
+        startup_s = round(time.time() - t0, 1)
+        rows = []
+        for dataset, concurrency, rate in points:
+            result = workdir / f"{label}-{dataset}-c{concurrency}-r{rate}.json"
+            cmd = client_command(args, server.base, dataset, prompts, concurrency, rate, result)
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+            if proc.returncode != 0 or not result.exists():
+                raise RuntimeError(f"{label}: vllm bench serve failed ({proc.returncode}):\n"
+                                   f"{' '.join(cmd)}\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}")
+            raw = json.loads(result.read_text())
+            rows.append({"method": label, "dataset": dataset, "concurrency": concurrency,
+                         "request_rate": rate,
+                         "startup_s": startup_s, **{k: raw.get(k) for k in KEPT}, "raw": raw})
+            print(f"{label:>12} {dataset:>6} c={concurrency:<3} rate={rate:<4} "
+                  f"{raw['output_throughput']:8.1f} tok/s  TPOT {raw['mean_tpot_ms']:7.2f} ms",
+                  flush=True)
+    return rows
+
+
+def parse_args(argv: list[str] | None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", type=Path, default=DEFAULT_MODEL)
+    ap.add_argument("--methods", default="none,jacobi,ngram",
+                    help=f"comma-separated, of {', '.join(BUILT_IN)} ('' for none)")
+    ap.add_argument("--config", nargs="+", action="append", default=[],
+                    metavar="LABEL SPEC_JSON [ADDITIONAL_JSON]",
+                    help="an extra method: its --speculative-config (and --additional-config)")
+    ap.add_argument("--k", type=int, default=16, help="drafts per step of the built-ins")
+    ap.add_argument("--concurrency", default="1,4,8", help="vLLM's --max-concurrency values")
+    ap.add_argument("--request-rate", default="inf", help="vLLM's --request-rate values "
+                    "(requests/s, Poisson arrivals; inf: all at once)")
+    ap.add_argument("--num-prompts", type=int, default=40)
+    ap.add_argument("--dataset", default="custom", help="custom (the benchmark prompts as a "
+                    "JSONL) and/or random (vLLM's random token ids), comma-separated")
+    ap.add_argument("--prompt-tokens", type=int, default=48)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--max-model-len", type=int, default=1024)
+    ap.add_argument("--warmups", type=int, default=2, help="vLLM's --num-warmups")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds per client run")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    args.concurrency = [int(c) for c in args.concurrency.split(",")]
+    args.request_rate = args.request_rate.split(",")
+    args.dataset = args.dataset.split(",")
+    if set(args.dataset) - {"custom", "random"}:
+        ap.error(f"--dataset: custom and/or random, not {args.dataset}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> Path:
+    args = parse_args(argv)
+    rows = method_rows([m for m in args.methods.split(",") if m], args.k, args.config)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = args.out or REPO / "benchmarks" / "results" / f"serve-{stamp}.json"
+    workdir = Path(tempfile.mkdtemp(prefix="bench_serve_"))
+    prompts = write_prompts(workdir / "prompts.jsonl", args.num_prompts, args.prompt_tokens)
+    report = {"model": str(args.model), "datasets": args.dataset, "machine": machine_info(),
+              "dtype": "%s (%s)" % cpu_dtype(), "num_prompts": args.num_prompts,
+              "max_tokens": args.max_tokens, "prompt_tokens": args.prompt_tokens,
+              "methods": {label: {"speculative_config": r.spec, "additional_config": r.extra}
+                          for label, r in rows.items()}, "rows": []}
+    for label, row in rows.items():  # one server at a time (context manager in run_method)
+        report["rows"] += run_method(label, row, args, workdir, prompts)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1))
+    from benchmarks.plots import write_serve_plot
+
+    plot = write_serve_plot(report["rows"], out.with_suffix(""),
+                            f"{args.model.name}, vLLM bench serve, {'/'.join(args.dataset)} "
+                            f"prompts ({args.prompt_tokens} tokens), "
+                            f"{args.max_tokens} tokens, {report['dtype'].split()[0]}")
+    print(f"wrote {out}\nwrote {plot}")
+    return out
+
+
+if __name__ == "__main__":
+    main()
