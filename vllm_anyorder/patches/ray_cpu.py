@@ -26,7 +26,9 @@ def apply_ray_cpu(on_cpu_platform) -> None:
     without Ray or on any other platform are untouched. The legacy ``RayDistributedExecutor``
     (``VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0``) is not supported (Ray refuses at start-up).
     Checked: vLLM 0.32.0 (``v1/executor/ray_executor_v2.py:144-156,276-282``,
-    ``v1/executor/ray_utils.py:572-630``), Ray 2.60.0 (``runtime_context.py:577``).
+    ``v1/executor/ray_utils.py:572-630``), 0.33.0 (``ray_executor_v2.py``: the same lines;
+    ``ray_utils.py:323-370``, without the legacy executor's driver-node check), Ray 2.60.0
+    (``runtime_context.py:577``).
     Remove: when vLLM's CPU platform supports Ray (sets ``ray_device_key`` itself).
     """
     executor = _compat.ray_executor_v2_cls()
@@ -69,7 +71,7 @@ def apply_cpu_shm_per_node() -> None:
     ``torch.distributed`` (gloo over TCP) for that group. The same token on every rank of a
     group keeps the shared-memory segment names consistent. Applied with ``ray_cpu``.
     Checked: vLLM 0.32.0 (``distributed/device_communicators/cpu_communicator.py:36-82,
-    228-243``).
+    228-243``) and 0.33.0 (the same lines, unchanged).
     Remove: when vLLM's check also compares the ranks' hosts (or shared-memory domains).
     """
     shm = _compat.cpu_shm_distributed_cls()
