@@ -27,7 +27,10 @@ replayed back to back (request ids renamed each round, the controller kept warm)
 Profiles (``cost_profiles.py``): ``measured`` is always fitted from the trace's own clean
 steps; ``--profile`` adds files or names in ``benchmarks/profiles/``. Every figure printed or
 written names its profile; a ROOFLINE profile's figures are projections, never measurements.
-For a dLLM trace (``stepwise`` / ``ssd`` / ``freedave``) the units are canvases: a request
+The roofline and gpu-measured profiles cost one target forward: ``assd``'s self-drafting
+forward (its query stream over each drafting request's last token and drafts) is added as a
+second forward of those rows; for ``specdiff`` the drafter's forwards are missing there (said
+with its results). For a dLLM trace (``stepwise`` / ``ssd`` / ``freedave``) the units are canvases: a request
 capped at N evaluates N + 1 canvases of ``block`` rows, and "tokens" are denoising steps.
 """
 
@@ -42,11 +45,15 @@ from pathlib import Path
 
 from benchmarks.common import REPO
 from benchmarks.cost_profiles import Profile, fit_measured, load_profile
+from vllm_anyorder.core.assd_drafters import DRAFTERS
 from vllm_anyorder.core.budget import BudgetController, BudgetSettings
 
 APPROXIMATION = ("replay approximation: a request capped at c commits min(A_t, c) + 1 tokens "
                  "in recorded step t; recorded steps, batches and contexts; prefill excluded")
 DLLM_METHODS = ("stepwise", "ssd", "freedave")
+SEPARATE_DRAFTER = ("specdiff",)  # a drafter model whose forwards the GPU profiles leave out
+DRAFTER_CAVEAT = ("this profile costs the target's forward only: the drafter's forwards are "
+                  "not in it, so the projection is optimistic")
 
 
 @dataclass
@@ -67,6 +74,7 @@ class Trace:
     steps: list[Step]
     raw: list[dict]  # the recorded lines (the measured profile is fitted from them)
     meta: dict = field(default_factory=dict)
+    target_drafts: bool = False  # drafting is a forward of the target (assd's query stream)
 
 
 def read_trace_lines(path: Path) -> list[dict]:
@@ -94,7 +102,9 @@ def build_trace(name: str, lines: list[dict], meta: dict) -> Trace:
         steps.append(Step(ids, limits, accepted, base, context))
         for r, a in zip(ids, accepted):
             done[r] = done.get(r, 0) + a + 1
-    return Trace(name, method, kind, block, steps, lines, meta)
+    drafter = DRAFTERS.get(options.get("drafter", "self")) if method == "assd" else None
+    return Trace(name, method, kind, block, steps, lines, meta,
+                 target_drafts=bool(drafter and drafter.queries_target))
 
 
 def load_traces(path: str | Path) -> list[Trace]:
@@ -120,7 +130,9 @@ def measured_profile(trace: Trace) -> Profile:
     rows = [p[0] for p in fit.plain + fit.drafting]
     machine = trace.meta.get("machine", {}).get("cpu", "the recording machine")
     label = (f"MEASURED: this trace's own clean steps on {machine} "
-             f"({trace.meta.get('dtype', '?')}), rows {min(rows):g}-{max(rows):g} measured")
+             f"({trace.meta.get('dtype', '?')}), rows {min(rows):g}-{max(rows):g} measured"
+             + ("" if fit.plain else "; no plain step recorded: the no-speculation cost is "
+                "the drafting steps' curve extrapolated (drafting work included)"))
     return Profile(f"measured:{trace.name}", "measured", label,
                    {trace.meta.get("model", trace.name): fit})
 
@@ -148,8 +160,11 @@ class PolicyResult:
                                                     / max(1, self.steps), 4)}
 
 
-def replay(trace: Trace, cost, policy: str | int, min_steps: int = 0) -> PolicyResult:
-    """One policy over the trace (repeated back to back up to ``min_steps`` steps)."""
+def replay(trace: Trace, cost, policy: str | int, min_steps: int = 0,
+           drafting_forward: bool = False) -> PolicyResult:
+    """One policy over the trace (repeated back to back up to ``min_steps`` steps);
+    ``drafting_forward``: a step with drafts also pays one forward of the drafting rows
+    (each drafting request's last token + its drafts: ``assd``'s query stream)."""
     name = policy if isinstance(policy, str) else f"fixed k={policy}"
     out = PolicyResult(name)
     max_drafts = max([max(s.limits) for s in trace.steps] + [1])
@@ -168,6 +183,9 @@ def replay(trace: Trace, cost, policy: str | int, min_steps: int = 0) -> PolicyR
             drafts = sum(caps)
             units = st.base + drafts
             seconds = cost.seconds(units * trace.block, len(ids), st.context, drafts > 0)
+            if drafting_forward and drafts:
+                drafting = sum(1 for c in caps if c)
+                seconds += cost.seconds(drafting + drafts, drafting, st.context, True)
             out.tokens += sum(min(a, c) + 1 for a, c in zip(st.accepted, caps))
             out.seconds += seconds
             out.draft_rows += drafts
@@ -204,12 +222,17 @@ def replay_all(trace: Trace, profile: Profile, min_steps: int) -> dict:
     target, cost = profile.target_for(trace.kind)
     max_drafts = max([max(s.limits) for s in trace.steps] + [1])
     policies: list[str | int] = ["no speculation", *sweep(max_drafts), "auto"]
-    results = [replay(trace, cost, p, min_steps) for p in policies]
+    # a measured step already holds the drafting forward; a GPU profile's does not
+    extra = trace.target_drafts and profile.kind != "measured"
+    results = [replay(trace, cost, p, min_steps, extra) for p in policies]
     plain = results[0].tokens_per_s
     rows = [r.summary(plain) for r in results]
     fixed = [r for r in rows if r["policy"].startswith("fixed")]
     best = max(fixed, key=lambda r: r["tokens_per_s"])
+    caveat = DRAFTER_CAVEAT if trace.method in SEPARATE_DRAFTER and \
+        profile.kind != "measured" else ""
     return {"trace": trace.name, "method": trace.method, "profile": profile.name,
+            "caveat": caveat, "drafting_forward_added": extra,
             "profile_kind": profile.kind, "profile_label": profile.label, "target": target,
             "approximation": APPROXIMATION, "replayed_steps": results[0].steps,
             "trace_steps": len(trace.steps), "policies": rows,
@@ -222,6 +245,10 @@ def print_result(res: dict) -> None:
           f"{res['replayed_steps']}) on profile {p} [{res['profile_label']}], "
           f"target {res['target']}")
     print(f"   {res['approximation']}")
+    if res["caveat"]:
+        print(f"   CAVEAT: {res['caveat']}")
+    if res["drafting_forward_added"]:
+        print("   the self-drafting forward is costed as a second forward of the drafting rows")
     print(f"   {'policy':<16} {'tokens/s':>10} {'x no-spec':>9} {'drafts/req':>10} "
           f"{'no-draft steps':>14}  profile")
     for r in res["policies"]:

@@ -13,7 +13,7 @@ from benchmarks.cost_profiles import Measured, Profile
 K, BATCH, STEPS = 8, 4, 60
 
 
-def write_trace(path, accepted, steps=STEPS, batch=BATCH, k=K, seconds=0.01):
+def write_trace(path, accepted, steps=STEPS, batch=BATCH, k=K, seconds=0.01, method="jacobi"):
     """A recording directory: every request drafts k per step, ``accepted(step, row)`` kept."""
     path.mkdir()
     lines = []
@@ -22,7 +22,7 @@ def write_trace(path, accepted, steps=STEPS, batch=BATCH, k=K, seconds=0.01):
         lines.append({"rows": batch * (1 + k), "drafting": True, "clean": t > 0,
                       "seconds": seconds if t > 0 else 0.0, "requests": reqs})
     (path / "trace-1.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
-    (path / "meta.json").write_text(json.dumps({"method": "jacobi", "prompt_tokens": [32]}))
+    (path / "meta.json").write_text(json.dumps({"method": method, "prompt_tokens": [32]}))
     return br.load_traces(path)[0]
 
 
@@ -69,6 +69,20 @@ def test_mixed_acceptance_auto_beats_uniform_fixed(tmp_path):
     cost = profile([(1.0, 0.004), (4096.0, 0.004 + 4095 * 2e-4)])
     res = br.replay_all(trace, cost, min_steps=600)
     assert res["auto"]["speedup_vs_no_spec"] > res["best_fixed"]["speedup_vs_no_spec"]
+
+
+def test_assd_self_drafting_pays_a_second_forward_on_gpu_profiles(tmp_path):
+    """Same acceptance: ``assd`` (self drafter, the default) costs its query-stream forward on
+    a roofline profile, not on its own measured one (the recorded steps hold it)."""
+    roofline = br.load_profile("h100-roofline")
+    res = {m: br.replay_all(write_trace(tmp_path / m, lambda t, i: 2, method=m), roofline, 60)
+           for m in ("jacobi", "assd")}
+    assert res["assd"]["drafting_forward_added"] and not res["jacobi"]["drafting_forward_added"]
+    fixed = f"fixed k={K}"
+    assert by_policy(res["assd"])[fixed]["speedup_vs_no_spec"] < \
+        by_policy(res["jacobi"])[fixed]["speedup_vs_no_spec"]
+    trace = br.load_traces(tmp_path / "assd")[0]
+    assert not br.replay_all(trace, br.measured_profile(trace), 60)["drafting_forward_added"]
 
 
 def test_caps_never_exceed_recorded_drafts(tmp_path):
