@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, ClassVar
 
-from vllm_anyorder import _compat, config
+from vllm_anyorder import _compat, config, metrics
 from vllm_anyorder.contract import RunnerView
 from vllm_anyorder.proposers.budget import StepBudget
 
@@ -42,7 +42,8 @@ class AnyOrderProposer:
         # the speculation budget (core/budget.py): drafts per request, zero included
         options = config.section(vllm_config.additional_config).get(self.method) or {}
         self.budget = StepBudget(options.get("budget", "auto"), self.max_chain,
-                                 _compat.tp_group())
+                                 _compat.tp_group(), metrics.budget_snapshot_path(
+                                     str(getattr(vllm_config, "instance_id", "") or "default")))
 
     def load_model(self, target_model: Any) -> None:
         """Keep a handle on the target module (self-drafting methods load nothing else)."""

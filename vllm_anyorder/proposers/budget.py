@@ -47,13 +47,18 @@ class _Pending:
 
 
 class StepBudget:
-    def __init__(self, mode: str, max_drafts: int, tp_group: Any = None) -> None:
+    def __init__(self, mode: str, max_drafts: int, tp_group: Any = None,
+                 snapshot_path: str | None = None) -> None:
         self.controller = BudgetController(BudgetSettings(mode=mode, max_drafts=max_drafts))
         self.tp_group = tp_group  # vLLM's TP GroupCoordinator when world size > 1
         self._pending: _Pending | None = None
         self._scheduled: dict[str, int] = {}
         self._log_every = float(os.environ.get(LOG_INTERVAL_ENV, "30"))
         self._logged = time.monotonic()
+        # rank 0 leaves its state here once a second for the front-end's metrics
+        rank = tp_group.rank_in_group if tp_group is not None else 0
+        self._snapshot = snapshot_path if rank == 0 else None
+        self._snapshot_at = 0.0
         trace_dir = os.environ.get(TRACE_ENV)
         self._trace = open(os.path.join(trace_dir, f"trace-{os.getpid()}.jsonl"), "a") \
             if trace_dir else None
@@ -111,13 +116,30 @@ class StepBudget:
         return float(self.tp_group.broadcast_object(seconds, src=0))
 
     def _maybe_log(self) -> None:
-        if self._log_every <= 0 or self.controller.kind != "auto":
+        if self.controller.kind != "auto":
             return
         now = time.monotonic()
+        if self._snapshot is not None and now - self._snapshot_at >= 1.0:
+            self._snapshot_at = now
+            self._write_snapshot()
+        if self._log_every <= 0:
+            return
         if now - self._logged >= self._log_every:
             self._logged = now
             if self.tp_group is None or self.tp_group.rank_in_group == 0:
                 logger.info("vllm_anyorder: %s", self.controller.summary())
+
+    def _write_snapshot(self) -> None:
+        d = self.controller.last
+        state = {"cost_slope_s_per_row": self.controller.cost.slope(), "last_rows": d.rows,
+                 "predicted_gain": d.goodput / d.plain_goodput if d.plain_goodput else 0.0}
+        try:
+            tmp = f"{self._snapshot}.{os.getpid()}"
+            with open(tmp, "w") as f:
+                json.dump(state, f)
+            os.replace(tmp, self._snapshot)  # readers never see half a file
+        except OSError:
+            self._snapshot = None  # metrics are optional; never fail a step over them
 
     def digest(self) -> str:
         """Fingerprint of everything the controller's decisions depend on."""
