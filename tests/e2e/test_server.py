@@ -92,6 +92,11 @@ def test_spec_decode_metrics_and_bad_request(server):
                 if l.startswith("vllm:spec_decode_num_accepted_tokens_total")]
     assert accepted and float(accepted[0].split()[-1]) > 0
     assert "vllm:spec_decode_num_accepted_tokens_per_pos" in metrics
+    # the speculation budget's own metrics (stat-logger plugin, vllm_anyorder/metrics.py)
+    steps = [l for l in metrics.splitlines() if l.startswith("vllm:anyorder_budget_steps_total")]
+    assert steps and float(steps[0].split()[-1]) > 0
+    assert "vllm:anyorder_budget_steps_without_drafts_total" in metrics
+    assert "vllm:anyorder_budget_cost_slope_seconds_per_row" in metrics
     assert requests.get(server + "/health", timeout=5).status_code == 200
 
 
