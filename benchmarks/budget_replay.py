@@ -30,8 +30,9 @@ written names its profile; a ROOFLINE profile's figures are projections, never m
 The roofline and gpu-measured profiles cost one target forward: ``assd``'s self-drafting
 forward (its query stream over each drafting request's last token and drafts) is added as a
 second forward of those rows; for ``specdiff`` the drafter's forwards are missing there (said
-with its results). For a dLLM trace (``stepwise`` / ``ssd`` / ``freedave``) the units are canvases: a request
-capped at N evaluates N + 1 canvases of ``block`` rows, and "tokens" are denoising steps.
+with its results). For a dLLM trace (``stepwise`` / ``ssd`` / ``freedave``) the units are
+canvases: a request capped at N evaluates N + 1 canvases of ``block`` rows, and "tokens" are
+denoising steps (this assumes the trace records drafted / accepted steps per request).
 """
 
 from __future__ import annotations

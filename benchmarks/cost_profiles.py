@@ -6,8 +6,8 @@ files in ``benchmarks/profiles/``; :func:`load_profile` / :func:`save_profile`):
 
 * ``measured`` -- fitted from a trace's own clean steps (``fit_measured``): per arm (drafting
   or plain decoding) the median seconds of each half-octave of rows, made non-decreasing
-  (pooled adjacent violators), joined piecewise-linearly; beyond the largest measured count the last segment's slope continues,
-  below the smallest the least-squares line of the arm (floored at a tenth of the smallest
+  (pooled adjacent violators), joined piecewise-linearly; beyond the largest measured count
+  the last segment's slope continues, below the smallest the least-squares line of the arm (floored at a tenth of the smallest
   measured step). An arm with no step borrows the other's curve. Batch and context are not
   inputs (they are whatever the recorded run had).
 * ``roofline`` -- ROOFLINE, NOT MEASURED: the published peak rates of a device, for a

@@ -9,9 +9,10 @@ What is timed, per (batch B, rows R, cached context C): B requests, each with C 
 positions in a contiguous K/V buffer and R / B new rows (AR: causal over the cache and its own
 rows; dLLM: R / B = canvases x 32 rows, each canvas attending to the cache and bidirectionally
 to itself, the ``ssd`` verification shape). A layer is RMSNorm, q/k/v/o projections, SDPA
-with an explicit mask (GQA where the shape has it), the new K/V written into the buffer, and
-a SwiGLU MLP; the output head (R x d @ d x vocab) is timed separately. Only ``--layers`` of
-the 32 layers are built (4 by default, ~2 GB of weights instead of 16): the layers are
+with an explicit mask (GQA: the query heads of a KV head stacked as rows, so K/V are read once
+and any masked SDPA kernel applies), the new K/V written into the buffer, and a SwiGLU MLP;
+the output head (R x d @ d x vocab) is timed separately. Only ``--layers`` of the 32 layers
+are built (4 by default, ~2 GB of weights instead of 16): the layers are
 identical in shape, so the stack's time is scaled by 32 / layers and the head's added:
 seconds = t_head + t_layers x 32 / layers. Left out: the embedding lookup and RoPE
 (elementwise, small next to the matmuls), sampling and the engine's scheduler; the profile
@@ -59,28 +60,34 @@ class Stack:
                        torch.zeros(kv, device=device, dtype=dtype)) for _ in range(layers)]
 
     def mask(self, q: int, context: int) -> torch.Tensor:
-        """[q, context + q] True where a new row may attend."""
+        """[groups x q, context + q] True where a new row may attend (rows of one KV head's
+        query group stacked: see ``layers_forward``)."""
         rows = torch.arange(q, device=self.device)[:, None]
         keys = torch.arange(context + q, device=self.device)[None, :] - context
         if self.s.kind == "dllm":  # the cache, and its own canvas (bidirectional)
             same = (keys // self.s.block) == (rows // self.s.block)
-            return (keys < 0) | ((keys >= 0) & same)
-        return keys <= rows
+            allowed = (keys < 0) | ((keys >= 0) & same)
+        else:
+            allowed = keys <= rows
+        return allowed.repeat(self.s.heads // self.s.kv_heads, 1)
 
     def layers_forward(self, x: torch.Tensor, context: int, mask: torch.Tensor) -> torch.Tensor:
+        """GQA without copying K/V: the query heads sharing a KV head are stacked as rows
+        ([b, kv_heads, groups x q, hd]), so every SDPA kernel that takes a mask applies."""
         b, q, _ = x.shape
-        s, hd = self.s, self.s.head_dim
+        s, hd, g = self.s, self.s.head_dim, self.s.heads // self.s.kv_heads
         for p, (kc, vc) in zip(self.layers, self.cache):
             h = F.rms_norm(x, (s.hidden,), p["n1"])
-            qh = F.linear(h, p["q"]).view(b, q, s.heads, hd).transpose(1, 2)
+            qh = F.linear(h, p["q"]).view(b, q, s.kv_heads, g, hd).permute(0, 2, 3, 1, 4) \
+                .reshape(b, s.kv_heads, g * q, hd)
             kc[:b, :, context:context + q] = F.linear(h, p["k"]).view(b, q, s.kv_heads,
                                                                       hd).transpose(1, 2)
             vc[:b, :, context:context + q] = F.linear(h, p["v"]).view(b, q, s.kv_heads,
                                                                       hd).transpose(1, 2)
             att = F.scaled_dot_product_attention(
-                qh, kc[:b, :, :context + q], vc[:b, :, :context + q], attn_mask=mask,
-                enable_gqa=s.kv_heads != s.heads)
-            x = x + F.linear(att.transpose(1, 2).reshape(b, q, s.heads * hd), p["o"])
+                qh, kc[:b, :, :context + q], vc[:b, :, :context + q], attn_mask=mask)
+            att = att.view(b, s.kv_heads, g, q, hd).permute(0, 3, 1, 2, 4)
+            x = x + F.linear(att.reshape(b, q, s.heads * hd), p["o"])
             h = F.rms_norm(x, (s.hidden,), p["n2"])
             x = x + F.linear(F.silu(F.linear(h, p["gate"])) * F.linear(h, p["up"]), p["down"])
         return x
