@@ -125,7 +125,7 @@ def parse_args(argv: list[str] | None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", type=Path, default=DEFAULT_MODEL)
     ap.add_argument("--methods", default="none,jacobi,ngram",
-                    help=f"comma-separated, of {', '.join(BUILT_IN)} ('' for none)")
+                    help=f"comma-separated, of {', '.join(BUILT_IN)} ('': only --config rows)")
     ap.add_argument("--config", nargs="+", action="append", default=[],
                     metavar="LABEL SPEC_JSON [ADDITIONAL_JSON]",
                     help="an extra method: its --speculative-config (and --additional-config)")
