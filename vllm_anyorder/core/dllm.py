@@ -17,6 +17,7 @@ baseline path has to pass through and that no earlier forward evaluated.
 How an engine drives a request (``generate`` below does it with a PyTorch model)::
 
     plan = req.plan()          # None: finished (FreeDave can finish without a forward)
+                               # req.plan(limit): at most ``limit`` drafted nodes this round
     logits = <forward plan.nodes>  # [n_nodes, w1 - w0, V]: row r predicts generated position w0 + r
     req.advance(logits)        # or, for a batch of requests, ``advance_all``
     ... until req.finished; req.output()
@@ -53,8 +54,11 @@ class Stepwise:
     def __init__(self, s: DllmSettings) -> None:
         self.s = s
 
-    def plan(self, req: "DllmRequest") -> Plan:
+    def plan(self, req: "DllmRequest", limit: int | None = None) -> Plan:
         return Plan(req.canvas[None], req.window(req.i, req.i, 0), req.i)
+
+    def room(self, req: "DllmRequest") -> int:
+        return 0
 
     def advance(self, req: "DllmRequest", plan: Plan, nodes: list[NodeLogits]) -> None:
         d = decide_at(req.canvas, req.steps[req.i], nodes[0], self.s, req.seed)
@@ -86,9 +90,19 @@ class DllmRequest:
         """The plan whose logits ``advance`` expects next."""
         return self._plan
 
-    def plan(self) -> Plan | None:
-        self._plan = None if self.finished else self.policy.plan(self)
+    def plan(self, limit: int | None = None) -> Plan | None:
+        """The canvases of the next forward. ``limit``: at most that many drafted steps beyond
+        node 0 this round (the speculation budget's cap; None: the configured size; 0: one
+        node, the baseline's forward). Any limits, round by round, decode the same tokens:
+        drafts only choose which canvases to evaluate, and the policy's state (SSD's draft
+        logits, FreeDave's current logits) is refreshed by every forward, drafted or not."""
+        self._plan = None if self.finished else self.policy.plan(self, limit)
         return self._plan
+
+    def draft_room(self) -> int:
+        """The most drafted steps the next ``plan`` can use (0 where it cannot draft: the
+        baseline, a policy without draft logits yet); ``plan(draft_room())`` is ``plan()``."""
+        return 0 if self.finished else self.policy.room(self)
 
     def advance(self, logits) -> None:
         """Fold in the logits of the last plan's nodes: [n_nodes, w1 - w0, V], or those
@@ -142,9 +156,10 @@ def advance_all(rounds: list[tuple[DllmRequest, object]]) -> None:
 
 
 def generate(model, prompts: list[list[int]], s: DllmSettings, seeds: list[int] | None = None,
-             cache: str = "prefix") -> list[DllmOutput]:
+             cache: str = "prefix", limit=None) -> list[DllmOutput]:
     """Decode a batch of requests in lock-step rounds; each round is ONE model forward over
-    every unfinished request's nodes (padded), and counts as one forward for each of them."""
+    every unfinished request's nodes (padded), and counts as one forward for each of them.
+    ``limit(request) -> int | None``: its draft limit this round (``plan(limit)``; tests)."""
     from .dllm_cache import BlockEvaluator
 
     seeds = list(seeds) if seeds is not None else [0] * len(prompts)
@@ -154,7 +169,7 @@ def generate(model, prompts: list[list[int]], s: DllmSettings, seeds: list[int] 
         jobs = []
         for r in reqs:
             if not r.finished:
-                plan = r.plan()
+                plan = r.plan(None if limit is None else limit(r))
                 if plan is None:  # finished without a forward (FreeDave): free its cache
                     evaluator.commit(r)
                 else:

@@ -97,6 +97,7 @@ class Plan:
     nodes: torch.Tensor  # [n, max_tokens] long: canvases, evaluated in one batched forward
     window: tuple[int, int]  # [w0, w1): generated positions whose logits are needed
     first_step: int = -1  # schedule index of the step node 0's logits are sure to decide (-1: none)
+    drafted: int = 0  # drafted steps evaluated beyond node 0 (the speculation budget's unit)
 
 
 # ----------------------------------------------------------------------------- randomness

@@ -15,6 +15,9 @@ Beyond the listing: a draft that completes the schedule is not forwarded (nothin
 to decide there), and when X^1 already ends the output (schedule done or EOS determined) the
 request finishes without a forward -- line 16's "no verification in the last step",
 generalised to early EOS. With these the forward count never exceeds the baseline's.
+
+Budget (``plan(req, limit)``): a round drafts min(d, limit + 1) canvases; limit 0 forwards
+X^1 alone (the baseline's cost) and keeps its logits as the current ones (state kept warm).
 """
 
 from __future__ import annotations
@@ -31,12 +34,13 @@ class FreeDave:
         self.current = None  # NodeLogits of the current canvas
         self._drafts = None  # (decided steps, drafted canvases X^1..X^k) of the pending plan
 
-    def plan(self, req):
+    def plan(self, req, limit=None):
         s, i = self.s, req.i
         if self.current is None:  # line 4: the logits of the starting canvas
             self._drafts = None
             return Plan(req.canvas[None], req.window(i, i, s.lookahead_blocks), i)
-        groups = simulate(req.canvas, req.steps[i: i + s.draft_steps], self.current, s, req.seed)
+        d = s.draft_steps if limit is None else max(1, min(s.draft_steps, limit + 1))
+        groups = simulate(req.canvas, req.steps[i: i + d], self.current, s, req.seed)
         drafts = [apply(req.canvas, groups[0])]
         for g in groups[1:]:
             drafts.append(apply(drafts[-1], g))
@@ -47,7 +51,13 @@ class FreeDave:
         live = [x for k, x in enumerate(drafts) if i + k + 1 < len(req.steps)]
         self._drafts = (groups, drafts)
         return Plan(torch.stack(live), req.window(i + 1, i + len(live), s.lookahead_blocks),
-                    i + 1)
+                    i + 1, len(live) - 1)
+
+    def room(self, req) -> int:
+        """Drafts beyond X^1 the next plan can use; none while it has no current logits."""
+        if self.current is None:
+            return 0
+        return min(self.s.draft_steps, len(req.steps) - req.i) - 1
 
     def advance(self, req, plan, logits) -> None:
         """logits: one ``NodeLogits`` per node of ``plan``."""

@@ -18,6 +18,9 @@ Mix-order (Sec. 5.2, ``mix_order``): for each non-leaf node k with a grandchild,
 m_k = node k + drafted step k+2 (skipping k+1). If node k's decision is step k+2 instead of
 k+1 (out-of-order generation) the walk goes to m_k, and if m_k's decision is step k+1 it is
 back on the chain at node k+2. N-1 extra nodes (5 -> 8 for N = 4, as in Table 3).
+
+Budget (``plan(req, limit)``): a round drafts min(N, limit) steps; limit 0 is a chain of one
+node, the baseline's forward, whose logits still become the next drafts (state kept warm).
 """
 
 from __future__ import annotations
@@ -34,12 +37,12 @@ class Ssd:
         self.draft = None  # NodeLogits of the last visited node of the last forward
         self._pending = None
 
-    def plan(self, req):
+    def plan(self, req, limit=None):
         s, i = self.s, req.i
+        n = s.draft_length if limit is None else max(0, min(s.draft_length, limit))
         groups = []
-        if self.draft is not None and s.draft_length > 0:
-            groups = simulate(req.canvas, req.steps[i: i + s.draft_length], self.draft, s,
-                              req.seed)
+        if self.draft is not None and n > 0:
+            groups = simulate(req.canvas, req.steps[i: i + n], self.draft, s, req.seed)
         chain = [req.canvas]
         for g in groups:
             chain.append(apply(chain[-1], g))
@@ -51,8 +54,14 @@ class Ssd:
         live = [key for key, (_, st) in nodes.items() if st < len(req.steps)]  # not terminal
         self._pending = (groups, nodes, {key: row for row, key in enumerate(live)})
         last = max(nodes[key][1] for key in live)
+        drafted = sum(kind == "c" for kind, _ in live) - 1  # chain nodes past node 0
         return Plan(torch.stack([nodes[key][0] for key in live]),
-                    req.window(i, last, s.lookahead_blocks), i)
+                    req.window(i, last, s.lookahead_blocks), i, drafted)
+
+    def room(self, req) -> int:
+        """Drafted steps the next plan can use (a terminal leaf is one of them: it is never
+        forwarded); none before the first forward gave draft logits."""
+        return 0 if self.draft is None else min(self.s.draft_length, len(req.steps) - req.i)
 
     def advance(self, req, plan, logits) -> None:
         """logits: one ``NodeLogits`` per node of ``plan``."""
