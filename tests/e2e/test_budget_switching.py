@@ -58,3 +58,28 @@ def test_assd_switching_sizes(tmp_path_factory, drafter):
                              std=0.3)
     _check(model, {"method": "assd", "num_speculative_tokens": 8}, "assd",
            {"drafter": drafter})
+
+
+@pytest.mark.parametrize("method", ["ssd", "freedave"])
+def test_dllm_switching_draft_nodes(tmp_path_factory, method):
+    """Diffusion LLMs: the cap is the drafted nodes per denoising round (0 = one node, the
+    stepwise forward), switched round by round; greedy and seeded sampling stay the
+    engine-free stepwise decoder's."""
+    from e2e.test_dllm_decoding import BLOCK, PROMPTS as IDS, STEPS, _generate, _params, _reference
+    from tiny_models import build_tiny_dllm
+
+    model = build_tiny_dllm(tmp_path_factory.mktemp(f"llada-budget-{method}"), "llada", seed=3)
+    greedy, sampled = _params(), _params(0.9, seeds=[5 * i + 3 for i in range(len(IDS))])
+    opts = {"block_length": BLOCK, "steps_per_block": STEPS, "budget": CYCLE}
+    llm = make_llm(model, speculative_config={"method": method, "num_speculative_tokens": 4},
+                   additional_config={"anyorder": {method: opts}}, max_model_len=256,
+                   max_num_batched_tokens=256, max_num_seqs=8)
+    try:
+        got = [_generate(llm, IDS, greedy), _generate(llm, IDS[:1], greedy[:1]),
+               _generate(llm, IDS, sampled)]
+        caps = llm.collective_rpc(lambda w: w.model_runner.drafter.budget.stats())[0]
+    finally:
+        shutdown(llm)
+    want = _reference(model, "llada", IDS, greedy)
+    assert got == [want, want[:1], _reference(model, "llada", IDS, sampled)]
+    assert caps["mode"] == "cycle" and 0 < caps["steps_without_drafts"] < caps["steps"]

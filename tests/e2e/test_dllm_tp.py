@@ -1,7 +1,8 @@
 """Tensor parallel 2 (mp executor, one core per rank): a diffusion LLM decoded with `freedave`
 (and Dream with `ssd`, one KV head replicated) equals the engine-free reference decoder, greedy
 and seeded sampling; both ranks run the same denoising forwards in lock-step and hold the same
-per-request state."""
+per-request state and the same speculation budget state (rank 0's round times are shared, so
+every rank caps the same drafts)."""
 
 import pytest
 
@@ -27,11 +28,13 @@ def test_tp2_dllm_equals_the_reference(tmp_path_factory, monkeypatch, kind, meth
     try:
         got = _generate(llm, PROMPTS, greedy)
         got_sampled = _generate(llm, PROMPTS, sampled)
-        ranks = llm.collective_rpc(lambda w: sorted(
+        ranks = llm.collective_rpc(lambda w: (sorted(
             (r["prompt_len"], r["max_tokens"], r["temperature"], r["forwards"], r["nodes"])
-            for r in w.model_runner.drafter.finished))
+            for r in w.model_runner.drafter.finished), w.model_runner.drafter.budget.digest(),
+            w.model_runner.drafter.budget.stats()))
     finally:
         shutdown(llm)
     assert got == _reference(path, kind, PROMPTS, greedy)
     assert got_sampled == _reference(path, kind, PROMPTS, sampled)
-    assert len(ranks) == 2 and ranks[0] == ranks[1] and len(ranks[0]) >= len(MAX_TOKENS)
+    assert len(ranks) == 2 and ranks[0] == ranks[1] and len(ranks[0][0]) >= len(MAX_TOKENS)
+    assert ranks[0][2]["mode"] == "auto" and ranks[0][2]["steps"] > 0

@@ -88,9 +88,30 @@ class StepBudget:
                 outcomes.append((req_id, k, len(committed) - 1 if k else 0))
         rows = len(req_ids) + sum(scheduled.get(r, 0) for r in req_ids)
         drafting = any(pending.drafted.values())
+        self._record(req_ids, rows, drafting, clean, seconds, outcomes)
+
+    def measuring(self) -> bool:
+        """Whether work is timed at all: ``auto``, or a trace is being written."""
+        return self.controller.kind == "auto" or self._trace is not None
+
+    def round_done(self, live: list[str], rows: int, drafting: bool, clean: bool,
+                   seconds: float, outcomes: list[tuple[str, int, int]]) -> None:
+        """A unit of work its proposer timed itself instead of a step (``proposers/dllm.py``:
+        one denoising round, ``rows`` nodes forwarded), recorded as a step is; ``outcomes``:
+        (req_id, drafted, accepted) of the requests it verified, ``live``: the batch's
+        requests. A collective under TP: every rank calls it for every round while
+        :meth:`measuring`."""
+        if self.measuring():
+            self._record(live, rows, drafting, clean, self._shared(seconds if clean else 0.0),
+                         outcomes, unit="round")
+            self._maybe_log()
+
+    def _record(self, live: list[str], rows: int, drafting: bool, clean: bool, seconds: float,
+                outcomes: list[tuple[str, int, int]], unit: str = "") -> None:
         if self._trace is not None:
-            self._trace.write(json.dumps({"rows": rows, "drafting": drafting, "clean": clean,
-                                          "seconds": seconds, "requests": outcomes}) + "\n")
+            line = {"rows": rows, "drafting": drafting, "clean": clean, "seconds": seconds,
+                    "requests": outcomes, **({"unit": unit} if unit else {})}
+            self._trace.write(json.dumps(line) + "\n")
             self._trace.flush()
         if self.controller.kind != "auto":
             return
@@ -99,7 +120,7 @@ class StepBudget:
                 self.controller.record_verified(req_id, k, accepted)
         if clean and seconds > 0:
             self.controller.record_step(rows, drafting, seconds)
-        self.controller.forget(set(req_ids))
+        self.controller.forget(set(live))
 
     def caps(self, req_ids: list[str], limits: list[int]) -> list[int]:
         return self.controller.allot(req_ids, limits)

@@ -14,7 +14,11 @@ Algorithm 2). vLLM carries the request; one engine step moves it by one block:
    the batch in lock-step, each round ONE batched forward of all requests' nodes over the
    paged prefix (``attention_backends/dllm_rows.py``: the cache bookkeeping, the repair and
    evaluation forwards through ``DllmForDiffusionLM.row_logits``; ``core.dllm.advance_all``:
-   the rows every node 0 reads scored in one batch). Then it overwrites vLLM's logits in place
+   the rows every node 0 reads scored in one batch). The speculation budget caps each
+   request's drafted nodes round by round (``ssd`` / ``freedave``: 0 = one node, the
+   ``stepwise`` forward) and learns from each round's time and verified drafts, so on a
+   machine where extra nodes cost as much as whole forwards it stops drafting (see
+   ``_round``). Then it overwrites vLLM's logits in place
    with one-hot rows (0 at the decided token, -inf elsewhere): the rejection sampler accepts
    the drafts (the previous block) and emits the new block's first token. One-hot rows keep
    the choice under every sampling transform (temperature, top-k/p, penalties, bias).
@@ -30,6 +34,7 @@ request leaves the input batch; a resumed request is rebuilt from its committed 
 from __future__ import annotations
 
 import logging
+import time
 import zlib
 from collections import deque
 from dataclasses import dataclass
@@ -155,21 +160,45 @@ class DllmProposer(AnyOrderProposer):
         one batched forward of all their plans' nodes)."""
         active = [w for w in work if self._needs(w[0], w[2], w[3])]
         while active:
-            jobs = []
-            for st, i, _, _ in active:
-                plan = st.req.plan()
-                if plan is not None:
-                    jobs.append((st, i, plan))
-            if jobs:
-                row_jobs = [(st.cache, st.req, i, plan) for st, i, plan in jobs]
-                self.rows.repair(view, row_jobs)
-                logits = self.rows.evaluate(view, row_jobs)
-                if self.trace is not None:
-                    self.trace += [{"prompt": st.req.prompt.tolist(), "nodes": plan.nodes.clone(),
-                                    "window": plan.window, "logits": lg.float()}
-                                   for (st, _, plan), lg in zip(jobs, logits)]
-                advance_all([(st.req, lg) for (st, _, _), lg in zip(jobs, logits)])
+            self._round(view, [(st, i) for st, i, _, _ in active])
             active = [w for w in active if self._needs(w[0], w[2], w[3])]
+
+    def _round(self, view: Any, active: list[tuple[_State, int]]) -> None:
+        """One round: every request's plan within its budget cap, ONE batched forward of all
+        their nodes, the decisions. The budget (not for ``stepwise``, which never drafts) sees
+        the round as a step: rows = node 0 of each request + its drafted steps, its wall time
+        (plans, repair, forward, decisions; rank 0's under TP), and per request the drafted
+        steps and how many of them the baseline walk accepted (steps moved - 1)."""
+        ids = self.batch_req_ids()
+        budgeted = self.policy != "stepwise"
+        caps = self.budget.caps([ids[i] for _, i in active],
+                                [st.req.draft_room() for st, _ in active]) \
+            if budgeted else [None] * len(active)
+        start, repairs = time.perf_counter(), sum(st.cache.repairs for st, _ in active)
+        jobs = []
+        for (st, i), cap in zip(active, caps):
+            before = st.req.i
+            plan = st.req.plan(cap)
+            if plan is not None:
+                jobs.append((st, i, plan, before))
+        if not jobs:
+            return
+        row_jobs = [(st.cache, st.req, i, plan) for st, i, plan, _ in jobs]
+        self.rows.repair(view, row_jobs)
+        logits = self.rows.evaluate(view, row_jobs)
+        if self.trace is not None:
+            self.trace += [{"prompt": st.req.prompt.tolist(), "nodes": plan.nodes.clone(),
+                            "window": plan.window, "logits": lg.float()}
+                           for (st, _, plan, _), lg in zip(jobs, logits)]
+        advance_all([(st.req, lg) for (st, _, _, _), lg in zip(jobs, logits)])
+        if budgeted and self.budget.measuring():
+            seconds = time.perf_counter() - start
+            clean = sum(st.cache.repairs for st, _ in active) == repairs
+            outcomes = [(ids[i], plan.drafted, max(0, min(st.req.i - before - 1, plan.drafted)))
+                        for st, i, plan, before in jobs]
+            drafted = sum(k for _, k, _ in outcomes)
+            self.budget.round_done(ids, len(jobs) + drafted, drafted > 0, clean, seconds,
+                                   outcomes)
 
     # ------------------------------------------------------------------ drafts
     def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu,

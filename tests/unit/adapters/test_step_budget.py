@@ -78,3 +78,32 @@ def test_tp_ranks_record_rank_zero_measurement(clock):
     step(b, clock, ["a"], [[1]], None, [4], 0.010)
     step(b, clock, ["a"], [[1]], [0], [4], 0.010)
     assert recorded == [0.5]
+
+
+def test_dllm_rounds_are_recorded_like_steps():
+    """``round_done`` (a dLLM denoising round the proposer timed itself): cost only for clean
+    rounds, acceptance of drafted requests, per-request state kept for the batch's requests."""
+    b = StepBudget("auto", 4)
+    steps, verified = [], []
+    b.controller.record_step = lambda rows, drafting, s: steps.append((rows, drafting, s))
+    real = b.controller.record_verified
+    b.controller.record_verified = lambda r, k, acc: (verified.append((r, k, acc)),
+                                                      real(r, k, acc))
+    b.round_done(["a", "b", "c"], 5, True, True, 0.02, [("a", 3, 2), ("b", 0, 0)])
+    b.round_done(["a", "b", "c"], 2, False, False, 0.5, [("c", 0, 0)])  # a repair ran
+    assert steps == [(5, True, 0.02)] and verified == [("a", 3, 2)]
+    b.round_done(["a"], 1, False, True, 0.01, [])
+    assert set(b.controller.accept.requests) == {"a"}
+
+
+def test_dllm_rounds_under_fixed_budget_measure_nothing():
+    class Group:
+        rank_in_group = 0
+
+        def broadcast_object(self, obj, src=0):
+            raise AssertionError("fixed mode must not add a collective per round")
+
+    b = StepBudget("fixed", 4, tp_group=Group())
+    assert not b.measuring()
+    b.round_done(["a"], 4, True, True, 0.02, [("a", 3, 3)])
+    assert b.controller.measured == 0 and b.controller.totals["drafted"] == 0
