@@ -12,6 +12,11 @@ One instance per proposer (every method). The proposer base class calls, each en
 * :meth:`StepBudget.caps` -- drafts per request for the next step (``core.budget``);
 * :meth:`StepBudget.end` with the drafts actually returned.
 
+The dLLM proposer (``proposers/dllm.py``) overrides ``propose`` and decides within vLLM's
+sampling step, in denoising rounds: it asks :meth:`StepBudget.caps` per round and reports
+each round it timed itself with :meth:`StepBudget.round_done` (``begin`` / ``end`` never run
+for it, so nothing is counted twice).
+
 Tensor parallelism: every rank runs the same controller on the same inputs. Acceptance is the
 same on every rank (outputs are); step times are not, so rank 0's measurement is broadcast
 over the TP group each step and every rank records that one: identical decisions, and the
