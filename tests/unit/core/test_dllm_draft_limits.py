@@ -4,16 +4,13 @@ sampling); limit 0 costs one node per forward like the baseline, and the policy'
 warm through it; the draft room reproduces the unlimited plan."""
 
 import random
+
 import pytest
 
+from unit.core.test_dllm_core import MASK, PROMPTS, SEEDS, models  # noqa: F401 (fixture)
 from vllm_anyorder.core.dllm import DllmRequest, generate
 from vllm_anyorder.core.dllm_blocks import DllmSettings
-from vllm_anyorder.model_executor.dream import DreamConfig, random_dream
-from vllm_anyorder.model_executor.llada import LLaDAConfig, random_llada
 
-MASK = 63
-PROMPTS = [[5, 9, 12], [7, 3, 3, 20, 41, 2], [11], [30, 31, 32, 33]]
-SEEDS = [1, 2, 3, 4]
 SETTINGS = {  # (block_length, steps_per_block, temperature, remasking, max_tokens, eos)
     "b4s4-greedy-eos": (4, 4, 0.0, "low_confidence", 16, 1),
     "b8s4-random": (8, 4, 0.0, "random", 16, None),
@@ -26,17 +23,6 @@ METHODS = {
 }
 
 
-@pytest.fixture(scope="module")
-def models():
-    lc = LLaDAConfig(d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, mlp_hidden_size=64,
-                     vocab_size=64, embedding_size=64, mask_token_id=MASK, eos_token_id=1,
-                     pad_token_id=1)
-    dc = DreamConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                     num_attention_heads=4, num_key_value_heads=2, mask_token_id=MASK,
-                     eos_token_id=1, bos_token_id=1, pad_token_id=1)
-    return {"llada": random_llada(lc, seed=0, std=0.3), "dream": random_dream(dc, seed=0, std=0.3)}
-
-
 def settings(name: str, **kw) -> DllmSettings:
     b, st, t, rm, g, eos = SETTINGS[name]
     return DllmSettings(mask_id=MASK, max_tokens=g, block_length=b, steps_per_block=st,
@@ -44,7 +30,7 @@ def settings(name: str, **kw) -> DllmSettings:
 
 
 class Limits:
-    """A random limit per request and round (0 often), recording the plans it produced."""
+    """A random limit per request and round (0 often), recording the limits it gave."""
 
     def __init__(self, seed: int, choices=(0, 0, 0, 1, 2, 3, 5, None)) -> None:
         self.rng, self.choices = random.Random(seed), choices
@@ -55,13 +41,13 @@ class Limits:
         return self.given[-1]
 
 
-@pytest.mark.parametrize("name,config", [("llada", "b4s4-greedy-eos"), ("dream", "b4s4-greedy-eos"),
-                                         ("llada", "b8s4-random"), ("dream", "b6s6-t0.8")])
+@pytest.mark.parametrize("config", list(SETTINGS))
+@pytest.mark.parametrize("name", ["llada", "dream"])
 def test_any_limits_decode_like_stepwise(models, name, config):
     m = models[name]
     base = generate(m, PROMPTS, settings(config), SEEDS)
     for method, kw in METHODS.items():
-        for trial in range(2):
+        for trial in range(3):
             limits = Limits(seed=100 * trial + len(method))
             outs = generate(m, PROMPTS, settings(config, **kw), SEEDS, limit=limits)
             assert 0 in limits.given and any(g is None or g > 1 for g in limits.given)
