@@ -1,7 +1,8 @@
 """The speculation budget never changes outputs: with the test hook ``budget: "cycle:..."``
 each method's draft sizes switch mid-request every step (full, none, one, a few), and greedy
 outputs stay token-for-token those of the same engine without speculation, at batch 1 and in
-a batch of mixed lengths. (``auto``, the default, runs in every other e2e module.)"""
+a batch of mixed lengths. (``auto``, the default, runs in every other e2e module, and here
+with a drafter that is never right.)"""
 
 import pytest
 
@@ -22,14 +23,14 @@ def _greedy(llm, prompts, lengths):
     return [list(o.outputs[0].token_ids) for o in llm.generate(prompts, params, use_tqdm=False)]
 
 
-def _check(model, spec, method, options=None):
+def _check(model, spec, method, options=None, budget=CYCLE):
     base = make_llm(model, **COMMON)
     try:
         want_one = _greedy(base, PROMPTS[:1], [64])
         want = _greedy(base, PROMPTS, LENGTHS)
     finally:
         shutdown(base)
-    opts = {"anyorder": {method: {**(options or {}), "budget": CYCLE}}}
+    opts = {"anyorder": {method: {**(options or {}), "budget": budget}}}
     llm = make_llm(model, speculative_config=spec, additional_config=opts, **COMMON)
     try:
         assert _greedy(llm, PROMPTS[:1], [64]) == want_one
@@ -37,8 +38,9 @@ def _check(model, spec, method, options=None):
         caps = llm.collective_rpc(lambda w: w.model_runner.drafter.budget.stats())[0]
     finally:
         shutdown(llm)
-    assert caps["mode"] == "cycle" and 0 < caps["steps_without_drafts"] < caps["steps"]
-    assert caps["drafted"] == 0  # the hook only switches sizes; it records nothing
+    assert caps["mode"] == budget.split(":")[0]
+    assert 0 < caps["steps_without_drafts"] < caps["steps"]
+    return caps
 
 
 def test_jacobi_switching_sizes(cyclic_llama):
@@ -83,3 +85,11 @@ def test_dllm_switching_draft_nodes(tmp_path_factory, method):
     want = _reference(model, "llada", IDS, greedy)
     assert got == [want, want[:1], _reference(model, "llada", IDS, sampled)]
     assert caps["mode"] == "cycle" and 0 < caps["steps_without_drafts"] < caps["steps"]
+
+
+def test_specdiff_auto_with_a_drafter_that_is_never_right(tiny_llama, random_drafter):
+    """``auto`` where drafts are almost never accepted: outputs unchanged, and most steps
+    run without drafts (the controller stops drafting and probes now and then)."""
+    caps = _check(tiny_llama, {"method": "specdiff", "model": str(random_drafter),
+                               "num_speculative_tokens": 8}, "specdiff", {"steps": 2}, "auto")
+    assert caps["steps_without_drafts"] > caps["steps"] // 2

@@ -32,7 +32,10 @@ def pair(request):
     names = {"random": ("tiny_llama", "random_drafter"), "cyclic": ("cyclic_llama", "cyclic_drafter")}
     model, drafter = (request.getfixturevalue(n) for n in names[request.param])
     spec = {"method": "specdiff", "model": str(drafter), "num_speculative_tokens": GAMMA}
-    options = {"anyorder": {"specdiff": {"steps": STEPS, "context_window": 40}}}
+    # budget fixed: the tests below count the drafter's forwards and acceptance per step
+    # (the budget's own e2e tests: test_budget_switching.py; greedy equality holds for both)
+    options = {"anyorder": {"specdiff": {"steps": STEPS, "context_window": 40,
+                                         "budget": "fixed"}}}
     base = make_llm(model, **COMMON)
     sd = make_llm(model, speculative_config=spec, additional_config=options, **COMMON)
     yield base, sd

@@ -54,7 +54,7 @@ class BudgetSettings:
     warmup_steps: int = 24  # measured steps during which every other step probes
     probe_every: int = 32  # afterwards, one probe per this many measured steps
     hysteresis: float = 0.05  # a new choice must predict this much more goodput
-    stale_after: int = 200  # a probe re-measures a row count only this many steps later
+    stale_after: int = 100  # a probe re-measures a row count only this many steps later
 
 
 @dataclass

@@ -53,6 +53,8 @@ class StepCost:
             table[_bucket(rows)] = _Mean(float(rows), float(seconds), 1, step)
             return
         w = max(self.decay, 1.0 / (mean.samples + 1))  # plain mean while the bucket is young
+        if mean.samples >= 3:  # one step slowed by another process must not poison a bucket
+            seconds = min(max(seconds, 0.5 * mean.seconds), 2.0 * mean.seconds)
         mean.rows += w * (rows - mean.rows)
         mean.seconds += w * (seconds - mean.seconds)
         mean.samples += 1
