@@ -33,18 +33,24 @@ def dllm_probe(llm) -> dict:
     return {**c, "model_forwards": c["engine_forwards"] + c["row_forwards"]}
 
 
-def configs(block: int, steps: int, ns: list[int], ds: list[int]) -> list[Config]:
+def configs(block: int, steps: int, ns: list[int], ds: list[int],
+            budgets: tuple[str, ...] = ("fixed",), mix: bool = True) -> list[Config]:
+    """``budgets``: each ssd / freedave row once per speculation budget (``fixed``: N / d
+    every round; ``auto``: the controller's choice per round, N / d the maximum)."""
     opts = {"block_length": block, "steps_per_block": steps}
 
-    def row(name, method, k=0, **extra):
+    def row(name, method, k=0, budget="fixed", **extra):
         spec = None if method == "stepwise" else {"method": method, "num_speculative_tokens": k}
-        return Config(name, spec, {"anyorder": {method: {**opts, **extra}}}, probe=dllm_probe,
-                      family=name.split(" ")[0], k=k)
+        label = "" if method == "stepwise" else f" {budget}"
+        return Config(name + label, spec,
+                      {"anyorder": {method: {**opts, **extra, "budget": budget}}},
+                      probe=dllm_probe, family=name.split(" ")[0] + label, k=k)
 
     rows = [row("stepwise (baseline)", "stepwise")]
-    rows += [row(f"ssd N={n}", "ssd", n) for n in ns]
-    rows += [row(f"ssd-mix N={n}", "ssd", n, mix_order=True) for n in ns[-1:]]
-    rows += [row(f"freedave d={d}", "freedave", d) for d in ds]
+    for b in budgets:
+        rows += [row(f"ssd N={n}", "ssd", n, b) for n in ns]
+        rows += [row(f"ssd-mix N={n}", "ssd", n, b, mix_order=True) for n in ns[-1:] if mix]
+        rows += [row(f"freedave d={d}", "freedave", d, b) for d in ds]
     return rows
 
 
@@ -59,20 +65,26 @@ def main() -> int:
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--budget", nargs="+", default=["fixed"], choices=["fixed", "auto"],
+                    help="speculation budget of the ssd / freedave rows (each row per budget)")
+    ap.add_argument("--no-mix", action="store_true", help="leave out the ssd-mix row")
+    ap.add_argument("--batch", type=int, nargs="+", default=[1],
+                    help="requests submitted together; several: each timed per row-run")
     args = ap.parse_args()
 
     from vllm import SamplingParams
 
     prompts = load_prompts(args.prompts)
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True)
-    rows = compare("dllm", args.model, configs(args.block, args.steps, args.n, args.d), prompts,
-                   params, repeats=args.repeats, batch=1,
+    table = configs(args.block, args.steps, args.n, args.d, tuple(args.budget), not args.no_mix)
+    rows = compare("dllm", args.model, table, prompts,
+                   params, repeats=args.repeats, batch=args.batch,
                    describe=f"dLLM {args.model.name}; block {args.block}, "
                             f"{args.steps or args.block} steps/block; {len(prompts)} prompts x "
-                            f"{args.max_tokens} tokens, one at a time, greedy")
+                            f"{args.max_tokens} tokens, batch {args.batch}, greedy")
     base = rows[0]
     print(f"\n{'method':<24}{'fwd/token':>10}{'steps/token':>12}{'fewer forwards':>16}")
-    for r in rows:
+    for r in rows[: len(table)]:  # the first batch setting's rows
         generated = r["tokens_per_s"] * r["seconds_median"]
         fpt = r["model_forwards"] / generated
         print(f"{r['method']:<24}{fpt:>10.3f}{r['engine_forwards'] / generated:>12.3f}"
