@@ -137,8 +137,10 @@ class BudgetController:
                 best, best_val = r, val
         anchor = min(self.chosen, len(order))
         anchor_val = self._goodput(batch, anchor, prefix[anchor]) or 0.0
+        # hysteresis holds the current choice only while it is predicted no slower than
+        # plain decoding: "never slower than no speculation" outranks "do not flap"
         if best != anchor and best_val < anchor_val * (1 + self.s.hysteresis) and \
-                not self._free_switch(batch, anchor, best):
+                anchor_val >= plain and not self._free_switch(batch, anchor, best):
             best, best_val = anchor, anchor_val
         self.chosen = best
         rows, probe = best, self._probe_due()
