@@ -1,5 +1,8 @@
 """Demo: the same prompts through vLLM with and without `jacobi` on the embedded model.
 
+`jacobi` runs as a user gets it: the speculation budget ``auto`` (the default) chooses each
+step how many of the block's drafts are worth verifying on this machine.
+
 Prints whether the outputs are identical, tokens per target forward and the wall-clock ratio
 (median of ``--rounds`` rounds, min-max), with the dtype and the machine. Default model:
 models/ar-target (4.5M-param Llama trained on the Python stdlib, committed in the repository;
@@ -57,7 +60,8 @@ def main() -> int:
           f"({round(jac['exact_match'] * len(prompts))}/{len(prompts)} prompts, every round)")
     print(f"tokens per target forward (jacobi, mean acceptance length): "
           f"{jac['tokens_per_target_forward']:.2f}")
-    print(f"wall clock (median of {args.rounds}): no-spec {base['seconds_median']:.2f} s, jacobi "
+    print(f"wall clock (median of {args.rounds}): no-spec {base['seconds_median']:.2f} s, "
+          f"jacobi (budget auto) "
           f"{jac['seconds_median']:.2f} s, ratio {jac['speedup_vs_nospec']:.2f}x "
           f"(per round {lo:.2f}-{hi:.2f}x); dtype {jac['dtype']}; quiet machine: "
           f"{base['all_rounds_quiet'] and jac['all_rounds_quiet']}")
