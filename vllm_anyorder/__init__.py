@@ -38,6 +38,7 @@ def apply_front_end_patches() -> None:
     patches.apply("spec_method_choices", method_names=tuple(methods.METHODS))
     patches.apply("v1_model_runner", needs_v1=runner_choice.needs_v1,
                   forced_v2_message=runner_choice.forced_v2_message)
+    patches.apply("drafts_with_output")  # no second RPC per step for the drafts
     patches.apply("cpu_expand_kernel")
     patches.apply("cpu_padded_drafts")
     patches.apply("infill_requests", screen=infill.screen_request,

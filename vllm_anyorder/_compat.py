@@ -141,3 +141,18 @@ def tp_group():
     except Exception:
         return None
     return group if getattr(group, "world_size", 1) > 1 else None
+
+
+def model_runner_output_cls():
+    """``vllm.v1.outputs.ModelRunnerOutput`` (what a worker's step returns)."""
+    return _module("vllm.v1.outputs").ModelRunnerOutput
+
+
+def scheduler_cls():
+    """``vllm.v1.core.sched.scheduler.Scheduler`` (the EngineCore's scheduler)."""
+    return _module("vllm.v1.core.sched.scheduler").Scheduler
+
+
+def engine_core_cls():
+    """``vllm.v1.engine.core.EngineCore`` (the step loop)."""
+    return _module("vllm.v1.engine.core").EngineCore

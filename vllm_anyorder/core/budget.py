@@ -27,12 +27,14 @@ by ``hysteresis`` before the controller switches, so noise does not flap the dec
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 
 from .budget_models import Acceptance, StepCost
 
 MODES = ("auto", "fixed")
 CYCLE_PREFIX = "cycle:"
+_gain = operator.itemgetter(0)
 MIN_GAIN = 1e-3  # rows expected to add fewer accepted drafts than this are never worth one
 
 
@@ -112,6 +114,10 @@ class BudgetController:
             caps = [min(c, lim) for lim in limits]
         else:
             caps = self._auto(req_ids, limits)
+        if self.kind == "auto":
+            for req_id, cap in zip(req_ids, caps):
+                if not cap:
+                    self.accept.relax(req_id)
         self.totals["steps"] += 1
         self.totals["steps_without_drafts"] += not any(caps)
         self.last.caps = caps
@@ -119,17 +125,19 @@ class BudgetController:
 
     def _auto(self, req_ids: list[str], limits: list[int]) -> list[int]:
         batch = len(req_ids)
-        order = self._ranked_rows(req_ids, limits)  # [(gain, row)], best first
-        gains = [g for g, _ in order]
         plain = self._goodput(batch, 0, 0.0)
         if plain is None:  # nothing measured yet: plain decoding first, then grow from it
             self.last = Decision(0, batch, True)
             return [0] * batch
-        prefix = _prefix_sums(gains)
         # trust region: at most twice the largest drafting step measured (one draft per
         # request before any): rows are explored by doubling, never by a blind jump to the
-        # maximum (a full chain at batch 16 can cost many plain steps)
-        reach = min(len(order), max(batch, 2 * self.cost.max_rows(True) - batch))
+        # maximum (a full chain at batch 16 can cost many plain steps); probes look a little
+        # further (four more drafts per request at most)
+        reach = max(batch, 2 * self.cost.max_rows(True) - batch)
+        order = self._ranked_rows(req_ids, limits, 2 * reach + 4 * batch)  # best first
+        gains = [g for g, _ in order]
+        prefix = _prefix_sums(gains)
+        reach = min(len(order), reach)
         best, best_val = 0, plain
         for r in _candidates(reach):
             val = self._goodput(batch, r, prefix[r])
@@ -149,11 +157,11 @@ class BudgetController:
             kind = self.totals["probes"] % 3
             if best > 0 and kind == 0:
                 rows = 0 if self._stale(batch, False) else best
-            else:
-                up = best + max(1, best // 4) if kind == 1 else 2 * best
-                caps = self._caps(order, min(len(order), max(batch, up)), batch)
-                caps = [c or min(1, lim) for c, lim in zip(caps, limits)]
-                if self._stale(batch + sum(caps), True):
+            else:  # the nearest row count above the choice not measured lately
+                up = self._probe_up(best, len(order), batch, far=kind == 2)
+                if up is not None:
+                    caps = self._caps(order, up, batch)
+                    caps = [c or min(1, lim) for c, lim in zip(caps, limits)]
                     self.last = Decision(sum(caps), batch, True, best_val, plain)
                     return caps
             probe = rows != best
@@ -165,6 +173,17 @@ class BudgetController:
         if best < anchor or anchor == 0:
             return False
         return self.cost.predict(batch + best, True) <= self.cost.predict(batch + anchor, True)
+
+    def _probe_up(self, best: int, total: int, batch: int, far: bool) -> int | None:
+        """Draft rows of an upward probe: the first count above ``best`` whose cost was not
+        measured lately, within twice the choice (at least four more drafts per request:
+        ``far``) or a quarter more (at least one more per request); None when all of them
+        are fresh."""
+        span = max(best, 4 * batch) if far else max(best // 4, batch)
+        for r in _candidates(min(total, best + span)):
+            if r > best and self._stale(batch + r, True):
+                return r
+        return None
 
     def _stale(self, rows: int, drafting: bool) -> bool:
         """Worth a probe: never measured, or not since ``stale_after`` decisions (warm-up
@@ -179,14 +198,16 @@ class BudgetController:
             return self.decisions % 2 == 0
         return self.decisions % max(1, self.s.probe_every) == 0
 
-    def _ranked_rows(self, req_ids: list[str], limits: list[int]) -> list[tuple[float, int]]:
-        """Every request's candidate draft rows as (gain, batch row), best gain first (a
-        request's gains are non-increasing, so its rows are taken in chain order)."""
+    def _ranked_rows(self, req_ids: list[str], limits: list[int],
+                     most: int) -> list[tuple[float, int]]:
+        """The ``most`` best candidate draft rows of the batch as (gain, batch row), best gain
+        first (a request's gains are non-increasing, so its rows come in chain order)."""
         order = []
         for row, (req_id, limit) in enumerate(zip(req_ids, limits)):
-            order.extend((g, row) for g in self.accept.gains(req_id, limit, MIN_GAIN))
-        order.sort(key=lambda t: -t[0])
-        return order
+            order += [(g, row) for g in self.accept.gains(req_id, min(limit, most), MIN_GAIN)]
+        # descending runs, one per request: timsort merges them in about n log(batch)
+        order.sort(key=_gain, reverse=True)
+        return order[:most]
 
     def _goodput(self, batch: int, rows: int, gain: float) -> float | None:
         seconds = self.cost.predict(batch + rows, rows > 0)

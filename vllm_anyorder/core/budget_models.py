@@ -8,8 +8,7 @@ hand-set constant of the machine.
   verifies (``rows`` = requests + drafts) and whether the step drafted at all (``drafting``:
   a drafting forward, the rejection sampler; ``False`` is plain decoding, the no-speculation
   arm). Per arm, a table of buckets of ``rows`` (exact to 16, then four per doubling) holds
-  exponentially weighted means of
-  (rows, seconds); predictions interpolate between measured buckets and extrapolate with the
+  (rows, a low quantile of seconds); predictions interpolate between measured buckets and extrapolate with the
   last measured slope, so a curve that is flat and then steep (bf16 on AVX512 CPUs: 9 rows
   cost ~1 row) is followed, not averaged away.
 * :class:`Acceptance` -- per draft position j, P(draft j accepted | drafts < j accepted), engine
@@ -20,6 +19,7 @@ hand-set constant of the machine.
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 
@@ -40,34 +40,37 @@ class _Mean:
 
 
 class StepCost:
-    """Measured step time against verified rows, one table per arm (drafting or plain)."""
+    """Measured step time against verified rows, one table per arm (drafting or plain).
 
-    def __init__(self, decay: float = 0.2) -> None:
-        self.decay = decay  # weight of a new sample in its bucket's running mean
+    A step can only be slowed, never sped up, by what else happens on the machine (another
+    process, the first step of a new shape building its kernels), so each bucket tracks a
+    low quantile of its samples: it falls fast towards a faster sample (``down``) and rises
+    slowly towards a slower one (``up``), which still follows a real change of cost (a longer
+    context, more load) within a few dozen steps."""
+
+    def __init__(self, down: float = 0.5, up: float = 0.05) -> None:
+        self.down, self.up = down, up
         self.tables: dict[bool, dict[int, _Mean]] = {False: {}, True: {}}
+        self._curves: dict[bool, list[tuple[float, float]]] = {}  # predict's, until a sample
 
     def observe(self, rows: int, drafting: bool, seconds: float, step: int) -> None:
         table = self.tables[bool(drafting)]
         mean = table.get(_bucket(rows))
+        self._curves.clear()
         if mean is None:
             table[_bucket(rows)] = _Mean(float(rows), float(seconds), 1, step)
             return
-        w = max(self.decay, 1.0 / (mean.samples + 1))  # plain mean while the bucket is young
-        if mean.samples >= 3:  # one step slowed by another process must not poison a bucket
-            seconds = min(max(seconds, 0.5 * mean.seconds), 2.0 * mean.seconds)
-        mean.rows += w * (rows - mean.rows)
+        w = self.down if seconds < mean.seconds else self.up
+        if mean.samples < 3:  # a young bucket takes its fastest sample outright
+            w = 1.0 if seconds < mean.seconds else 0.0
+        mean.rows += (rows - mean.rows) / min(mean.samples + 1, 20)
         mean.seconds += w * (seconds - mean.seconds)
         mean.samples += 1
         mean.step = step
 
     def points(self, drafting: bool) -> list[tuple[float, float]]:
-        """(rows, seconds) of the measured buckets, by rows; seconds made non-decreasing
-        (more rows never cost less: a dip is noise)."""
-        pts = sorted((m.rows, m.seconds) for m in self.tables[bool(drafting)].values())
-        out: list[tuple[float, float]] = []
-        for x, y in pts:
-            out.append((x, max(y, out[-1][1]) if out else y))
-        return out
+        """(rows, seconds) of the measured buckets, by rows; seconds made non-decreasing."""
+        return _monotone(sorted((m.rows, m.seconds) for m in self.tables[bool(drafting)].values()))
 
     def known(self, rows: int, drafting: bool) -> bool:
         return _bucket(rows) in self.tables[bool(drafting)]
@@ -85,17 +88,18 @@ class StepCost:
         drafting arm's curve starts from the plain steps below its first measured bucket (so
         two steps, one of each, already give a slope); a plain arm with no sample borrows the
         drafting arm's curve."""
+        pts = self._curves.get(drafting)
+        if pts is None:
+            pts = self._curves[drafting] = self._curve(drafting)
+        return _interpolate(pts, float(rows)) if pts else None
+
+    def _curve(self, drafting: bool) -> list[tuple[float, float]]:
         pts = self.points(drafting)
         plain = self.points(False)
         if drafting and plain:  # plain steps below the drafting range anchor its low end
             low = pts[0][0] if pts else float("inf")
-            pts = sorted(pts + [p for p in plain if p[0] < low])
-            pts = [(x, max(y for _, y in pts[: i + 1])) for i, (x, _) in enumerate(pts)]
-        if not pts:
-            pts = self.points(True)
-            if not pts:
-                return None
-        return _interpolate(pts, float(rows))
+            pts = _monotone(sorted(pts + [p for p in plain if p[0] < low]))
+        return pts or self.points(True)
 
     def slope(self, drafting: bool = True) -> float:
         """Seconds per extra row over the measured range (0 with fewer than two buckets)."""
@@ -105,16 +109,25 @@ class StepCost:
         return (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])
 
 
+def _monotone(pts: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """More rows never cost less: each point's seconds become the least seconds measured at
+    its row count or above. (Noise only ever slows a step, so a point above a larger row
+    count's cost is the one that is wrong; a running maximum would spread it upwards.)"""
+    out, low = [], float("inf")
+    for x, y in reversed(pts):
+        low = min(low, y)
+        out.append((x, low))
+    return out[::-1]
+
+
 def _interpolate(pts: list[tuple[float, float]], x: float) -> float:
     """Piecewise-linear through ``pts`` (sorted, y non-decreasing); flat below the first point,
     the last segment's slope beyond the last (flat with a single point)."""
     if x <= pts[0][0] or len(pts) == 1:
         return pts[0][1] if x <= pts[0][0] else pts[-1][1]
-    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
-        if x <= x1:
-            return y0 + (y1 - y0) * (x - x0) / max(x1 - x0, 1e-9)
-    (x0, y0), (x1, y1) = pts[-2], pts[-1]
-    return y1 + (y1 - y0) / max(x1 - x0, 1e-9) * (x - x1)
+    i = min(bisect.bisect_left(pts, (x, float("-inf"))), len(pts) - 1)  # first x_i >= x
+    (x0, y0), (x1, y1) = pts[i - 1], pts[i]
+    return y0 + (y1 - y0) * (x - x0) / max(x1 - x0, 1e-9)  # beyond the last: its slope
 
 
 class Acceptance:
@@ -125,9 +138,13 @@ class Acceptance:
     stops at the first rejection, so later drafts were never judged)."""
 
     def __init__(self, max_positions: int, prior: float = 0.5, prior_weight: float = 2.0,
-                 decay: float = 0.02, request_weight: float = 4.0) -> None:
+                 decay: float = 0.02, request_weight: float = 2.0,
+                 request_decay: float = 0.25) -> None:
         self.n = max(1, max_positions)
         self.decay = decay
+        # drafts of one request are accepted in bursts (a loop found, a Jacobi iterate
+        # converged): its own counts forget fast, so a burst is drafted for within a step or two
+        self.request_decay = request_decay
         self.request_weight = request_weight  # pseudo-trials of the engine rate per request
         self.prior, self.prior_weight = prior, prior_weight
         # engine-wide exponentially forgotten (accepted, tried) per position
@@ -149,8 +166,9 @@ class Acceptance:
             counts = self.engine[j]  # exponentially forgotten: the last ~1/decay trials
             counts[0] = counts[0] * (1.0 - self.decay) + hit
             counts[1] = counts[1] * (1.0 - self.decay) + 1.0
-            own[j][0] += hit
-            own[j][1] += 1.0
+            keep = 1.0 - self.request_decay  # a request's own rate follows its recent steps
+            own[j][0] = own[j][0] * keep + hit
+            own[j][1] = own[j][1] * keep + 1.0
 
     def engine_rates(self) -> list[float]:
         """Engine-wide rate per position; a position seldom tried leans on the one before it
@@ -164,33 +182,44 @@ class Acceptance:
         return self._engine_rates
 
     def rate(self, req_id: str | None, position: int) -> float:
-        """P(draft at ``position`` (0-based) accepted | earlier ones accepted)."""
-        return self.gains_rates(req_id, position + 1)[-1]
-
-    def gains_rates(self, req_id: str | None, n: int) -> list[float]:
-        """The request's rates of positions 0..n-1: its own counts, shrunk towards the
-        engine-wide rate with ``request_weight`` pseudo-trials."""
-        engine = self.engine_rates()
+        """P(draft at ``position`` (0-based) accepted | earlier ones accepted): the request's
+        own (recent) counts, shrunk towards the engine-wide rate with ``request_weight``
+        pseudo-trials."""
+        j = min(position, self.n - 1)
+        engine = self.engine_rates()[j]
         own = self.requests.get(req_id) if req_id is not None else None
         if own is None:
-            return [engine[min(j, self.n - 1)] for j in range(n)]
+            return engine
         w = self.request_weight
-        out = []
-        for j in range(n):
-            j = min(j, self.n - 1)
-            out.append((own[j][0] + w * engine[j]) / (own[j][1] + w))
-        return out
+        return (own[j][0] + w * engine) / (own[j][1] + w)
 
     def gains(self, req_id: str | None, n: int, floor: float = 0.0) -> list[float]:
         """Expected accepted drafts added by each of the first n rows: g_j = prod_{m<=j} a_m,
         stopping before the first gain below ``floor``."""
+        engine, w = self.engine_rates(), self.request_weight
+        own = self.requests.get(req_id) if req_id is not None else None
+        last = self.n - 1
         out, run = [], 1.0
-        for a in self.gains_rates(req_id, n):
+        for j in range(n):
+            k = j if j < last else last
+            a = engine[k] if own is None else (own[k][0] + w * engine[k]) / (own[k][1] + w)
             run *= a
             if run < floor:
                 break
             out.append(run)
         return out
+
+    def relax(self, req_id: str) -> None:
+        """A step in which the request did not draft: its own counts fade as if a step of
+        evidence had passed, so a request that stopped drafting after a bad stretch leans
+        back on the engine-wide rate and is tried again a few steps later (its own counts
+        only ever change when it drafts)."""
+        own = self.requests.get(req_id)
+        if own is not None:
+            keep = 1.0 - self.request_decay
+            for counts in own:
+                counts[0] *= keep
+                counts[1] *= keep
 
     def forget(self, live: set[str]) -> None:
         for req_id in [r for r in self.requests if r not in live]:

@@ -21,7 +21,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from vllm_anyorder.patches import asarm_metadata, cli, cpu_kernels, front_end, ray_cpu, runner
+from vllm_anyorder.patches import (asarm_metadata, cli, cpu_kernels, engine_core, front_end,
+                                   ray_cpu, runner)
 
 logger = logging.getLogger("vllm_anyorder")
 DISABLE_ENV = "VLLM_ANYORDER_DISABLE_PATCHES"
@@ -60,6 +61,9 @@ LEDGER: tuple[Patch, ...] = (
           front_end.apply_infill_requests, ("screen", "complete")),
     Patch("verification_hook", "workers, by every anyorder proposer", "GPUModelRunner._sample",
           runner.apply_verification_hook),
+    Patch("drafts_with_output", "every process, at register()",
+          "GPUModelRunner.sample_tokens, Scheduler.update_from_output, EngineCore.post_step",
+          engine_core.apply_drafts_with_output),
     Patch("plain_decode_steps", "workers, by every anyorder proposer",
           "GPUModelRunner._prepare_inputs", runner.apply_plain_decode_steps),
     Patch("draft_probs", "workers, by the assd proposer",
