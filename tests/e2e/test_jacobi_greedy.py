@@ -16,6 +16,7 @@ COMMON = dict(enable_prefix_caching=True, enable_chunked_prefill=True,
 JACOBI = {"method": "jacobi", "num_speculative_tokens": 8}
 OPTIONS = {"anyorder": {"jacobi": {"num_blocks": 2, "spawn_ratio": 0.5}}}
 STEP_DRAFTS = {"random": 24, "cyclic": 0}
+BUDGET = {"random": "auto", "cyclic": "fixed"}
 
 PROMPTS = [
     "def f(x): return x",
@@ -37,8 +38,11 @@ def pair(request):
     rejected) and a looping trained one (drafts mostly accepted, blocks promoted)."""
     model = request.getfixturevalue({"random": "tiny_llama", "cyclic": "cyclic_llama"}[request.param])
     base = make_llm(model, **COMMON)
+    # budget: auto (the default) on the random model, where drafts are rarely accepted;
+    # fixed on the looping one, whose tests count what full chains accept
     options = {"anyorder": {"jacobi": {**OPTIONS["anyorder"]["jacobi"],
-                                       "step_drafts": STEP_DRAFTS[request.param]}}}
+                                       "step_drafts": STEP_DRAFTS[request.param],
+                                       "budget": BUDGET[request.param]}}}
     jac = make_llm(model, speculative_config=JACOBI, additional_config=options, **COMMON)
     yield base, jac
     shutdown(jac)
