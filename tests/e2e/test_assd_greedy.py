@@ -60,7 +60,8 @@ def engines(asarm64):
         if name not in made:
             kw = {} if name == "base" else {
                 "speculative_config": {"method": "assd", "num_speculative_tokens": K},
-                "additional_config": {"anyorder": {"assd": {"drafter": name}}}}
+                "additional_config": {"anyorder": {"assd": {"drafter": name,
+                                                                   "budget": "fixed"}}}}
             made[name] = make_llm(asarm64, **kw, **COMMON)
         return made[name]
 

@@ -94,7 +94,8 @@ def _counters(worker):
 def assd_llm(asarm16, request):
     llm = make_llm(asarm16, skip_tokenizer_init=True, max_num_seqs=256,
                    speculative_config={"method": "assd", "num_speculative_tokens": K},
-                   additional_config={"anyorder": {"assd": {"drafter": request.param}}})
+                   additional_config={"anyorder": {"assd": {"drafter": request.param,
+                                                                "budget": "fixed"}}})
     yield llm
     shutdown(llm)
 

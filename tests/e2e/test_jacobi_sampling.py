@@ -24,7 +24,7 @@ pytestmark = pytest.mark.e2e
 def jacobi_llm(small_vocab_llama):
     llm = make_llm(small_vocab_llama, skip_tokenizer_init=True, max_num_seqs=256,
                    speculative_config={"method": "jacobi", "num_speculative_tokens": 3},
-                   additional_config={"anyorder": {"jacobi": {"num_blocks": 1}}})
+                   additional_config={"anyorder": {"jacobi": {"num_blocks": 1, "budget": "fixed"}}})
     yield llm
     shutdown(llm)
 
@@ -73,7 +73,7 @@ def test_stock_vllm_cpu_sampling_is_wrong_without_the_patch(small_vocab_llama, e
     monkeypatch.setenv("VLLM_ANYORDER_DISABLE_PATCHES", "cpu_expand_kernel")
     llm = make_llm(small_vocab_llama, skip_tokenizer_init=True, max_num_seqs=256,
                    speculative_config={"method": "jacobi", "num_speculative_tokens": 3},
-                   additional_config={"anyorder": {"jacobi": {"num_blocks": 1}}})
+                   additional_config={"anyorder": {"jacobi": {"num_blocks": 1, "budget": "fixed"}}})
     try:
         samples = sample(llm, dict(temperature=1.0))
     finally:

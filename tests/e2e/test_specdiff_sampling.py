@@ -42,7 +42,7 @@ def specdiff_llm(small_vocab_llama, small_vocab_drafter):
     llm = make_llm(small_vocab_llama, skip_tokenizer_init=True, max_num_seqs=256,
                    speculative_config={"method": "specdiff", "model": str(small_vocab_drafter),
                                        "num_speculative_tokens": 3},
-                   additional_config={"anyorder": {"specdiff": {"steps": 3}}})
+                   additional_config={"anyorder": {"specdiff": {"steps": 3, "budget": "fixed"}}})
     yield llm
     shutdown(llm)
 
