@@ -54,17 +54,22 @@ class BudgetStatLogger:
 
     def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
         self.enabled = _plugin_method(vllm_config)
-        if not self.enabled:
+        self.snapshot = budget_snapshot_path(getattr(vllm_config, "instance_id", "") or "default")
+        self._labels = [vllm_config.model_config.served_model_name, str(engine_index)] \
+            if self.enabled else []
+        self._made = False
+
+    def _ensure(self) -> None:
+        """The metrics, made at the first record: vLLM builds its Prometheus logger after the
+        plugin loggers and unregisters every ``vllm:`` collector first, ours included."""
+        if self._made:
             return
         import prometheus_client as prom
 
-        labels = ["model_name", "engine"]
-        values = [vllm_config.model_config.served_model_name, str(engine_index)]
-        self.snapshot = budget_snapshot_path(vllm_config.instance_id)
-
         def make(kind, name, doc, **kw):
-            metric = _metric(prom, kind, f"vllm:anyorder_budget_{name}", doc, labels, **kw)
-            return metric.labels(*values)
+            metric = _metric(prom, kind, f"vllm:anyorder_budget_{name}", doc,
+                             ["model_name", "engine"], **kw)
+            return metric.labels(*self._labels)
 
         self.steps = make("Counter", "steps", "Engine steps seen by the speculation budget.")
         self.steps_without_drafts = make("Counter", "steps_without_drafts",
@@ -79,11 +84,13 @@ class BudgetStatLogger:
                          "Draft rows the controller chose for its last step (rank 0).")
         self.gain = make("Gauge", "predicted_gain",
                          "Predicted tokens/s of the choice over no drafts (rank 0).")
+        self._made = True
 
     def record(self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None,
                engine_idx: int = 0) -> None:
         if not self.enabled or scheduler_stats is None:
             return
+        self._ensure()
         spec = getattr(scheduler_stats, "spec_decoding_stats", None)
         drafted = spec.num_draft_tokens if spec is not None else 0
         self.steps.inc()
@@ -95,6 +102,7 @@ class BudgetStatLogger:
     def log(self) -> None:
         if not self.enabled:
             return
+        self._ensure()
         try:
             with open(self.snapshot) as f:
                 state = json.load(f)
@@ -118,6 +126,11 @@ def _metric(prom, kind: str, name: str, doc: str, labels: list[str], **kw):
     """One metric object per name and process (vLLM may build loggers more than once)."""
     if name not in _METRICS:
         _METRICS[name] = getattr(prom, kind)(name, doc, labelnames=labels, **kw)
+    else:  # vLLM's Prometheus logger may have unregistered it: register it again
+        try:
+            prom.REGISTRY.register(_METRICS[name])
+        except ValueError:  # still registered
+            pass
     return _METRICS[name]
 
 

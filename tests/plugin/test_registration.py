@@ -76,8 +76,9 @@ def test_register_twice_applies_the_front_end_patches_once():
                           and first.__wrapped__.__module__ == "vllm.engine.arg_utils",
         }))
     """, VLLM_PLUGINS="")
-    assert result["applied"] == ["cpu_expand_kernel", "cpu_padded_drafts", "infill_requests",
-                                 "method_names", "spec_method_choices", "v1_model_runner"]
+    assert result["applied"] == ["cpu_expand_kernel", "cpu_padded_drafts", "drafts_with_output",
+                                 "infill_requests", "method_names", "spec_method_choices",
+                                 "v1_model_runner"]
     assert result["same_wrapper"] and result["kernel_same"]
     assert result["wrapped_by_us"] and result["wraps_vllm"]
 
@@ -116,7 +117,7 @@ def test_disabled_patch_is_skipped(monkeypatch):
                        " cpu_expand_kernel ,infill_requests, spec_method_choices")
     vllm_anyorder.apply_front_end_patches()
     assert patches.applied() == {"method_names", "cpu_padded_drafts",  # no such kernel: no-op
-                                 "v1_model_runner"}
+                                 "v1_model_runner", "drafts_with_output"}
     assert FakeInputProcessor().process_inputs("r", None, None) == "stock"
     assert kernels._expand_kernel_impl is stock_kernel
     assert FakeEngineArgs.create_speculative_config is not stock

@@ -58,7 +58,9 @@ def test_never_accepted_on_steep_cost_auto_ties_no_speculation(tmp_path):
     fixed = [rows[f"fixed k={k}"]["speedup_vs_no_spec"] for k in br.sweep(K)]
     assert all(s < 1.0 for s in fixed) and fixed == sorted(fixed, reverse=True)
     assert rows["no speculation"]["tokens"] == rows[f"fixed k={K}"]["tokens"]
-    assert 0.95 <= res["auto"]["speedup_vs_no_spec"] <= 1.0 + 1e-9
+    # issue 22's goal for drafts almost never accepted is >= 0.9x; within 400 steps the
+    # controller's warm-up probes (one draft per request, every other step) cost a few %
+    assert 0.92 <= res["auto"]["speedup_vs_no_spec"] <= 1.0 + 1e-9
     assert res["auto"]["share_steps_without_drafts"] > 0.9
 
 
