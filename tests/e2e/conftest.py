@@ -97,11 +97,16 @@ def serve(model, args: list[str], log, timeout: float = 240):
     try:
         yield base
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc, 30)
+
+
+def stop(proc, timeout: float) -> None:
+    """Terminate a server process; kill it if it has not exited after ``timeout`` s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 def other_attention(kind: str) -> str:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.conftest import make_llm, shutdown
+from e2e.conftest import make_llm, shutdown, stop
 from netns_ray import WORKER_IP, TwoNodeRay, unavailable
 
 pytestmark = pytest.mark.e2e
@@ -99,11 +99,7 @@ def _server(nodes: TwoNodeRay, model: Path, args: list[str], log: Path, timeout:
             time.sleep(1)
         yield base, proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc, 60)
 
 
 def _greedy_over_http(nodes: TwoNodeRay, base: str, max_tokens: int) -> list[list[int]]:

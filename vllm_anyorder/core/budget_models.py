@@ -72,9 +72,6 @@ class StepCost:
         """(rows, seconds) of the measured buckets, by rows; seconds made non-decreasing."""
         return _monotone(sorted((m.rows, m.seconds) for m in self.tables[bool(drafting)].values()))
 
-    def known(self, rows: int, drafting: bool) -> bool:
-        return _bucket(rows) in self.tables[bool(drafting)]
-
     def max_rows(self, drafting: bool) -> int:
         """The most rows of a measured step of this arm (0 before any)."""
         return int(max((m.rows for m in self.tables[bool(drafting)].values()), default=0))
