@@ -20,11 +20,18 @@ __all__ = ["exact", "small_vocab_llama"]  # fixtures used by name
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture(scope="module")
-def jacobi_llm(small_vocab_llama):
+# fixed: full chains every step (the rule at full power); cycle: the budget's test hook
+# switches chain sizes step by step (0 included), as ``auto`` does from what it measures
+BUDGETS = {"fixed": "fixed", "switching": "cycle:3,0,1,2"}
+
+
+@pytest.fixture(scope="module", params=sorted(BUDGETS))
+def jacobi_llm(small_vocab_llama, request):
+    budget = BUDGETS[request.param]
     llm = make_llm(small_vocab_llama, skip_tokenizer_init=True, max_num_seqs=256,
                    speculative_config={"method": "jacobi", "num_speculative_tokens": 3},
-                   additional_config={"anyorder": {"jacobi": {"num_blocks": 1, "budget": "fixed"}}})
+                   additional_config={"anyorder": {"jacobi": {"num_blocks": 1,
+                                                              "budget": budget}}})
     yield llm
     shutdown(llm)
 
