@@ -56,6 +56,9 @@ class BudgetSettings:
     warmup_steps: int = 24  # measured steps during which every other step probes
     probe_every: int = 32  # afterwards, one probe per this many measured steps
     hysteresis: float = 0.05  # a new choice must predict this much more goodput
+    # drafting must predict this much more goodput than plain decoding: near break-even the
+    # prediction's error decides, and a wrong "draft" costs while a wrong "plain" only forgoes
+    margin: float = 0.03
     stale_after: int = 100  # a probe re-measures a row count only this many steps later
 
 
@@ -141,7 +144,8 @@ class BudgetController:
         best, best_val = 0, plain
         for r in _candidates(reach):
             val = self._goodput(batch, r, prefix[r])
-            if val is not None and val > best_val * (1 + 1e-9):
+            if val is not None and val > best_val * (1 + 1e-9) and \
+                    val >= plain * (1 + self.s.margin):
                 best, best_val = r, val
         anchor = min(self.chosen, len(order))
         anchor_val = self._goodput(batch, anchor, prefix[anchor]) or 0.0
