@@ -15,14 +15,18 @@ tokens (``--ignore-eos``).
 Methods: ``none`` (no speculation), ``jacobi``, ``ngram``, ``specdiff``, ``draft_model`` at
 ``--k`` drafts (``benchmarks/configs.py``), plus any ``--config LABEL SPEC_JSON
 [ADDITIONAL_JSON]`` (what ``--speculative-config`` / ``--additional-config`` take).
+``--temperature`` (default 0: greedy) is passed to the client with ``--seed 0``.
 Writes ``benchmarks/results/serve-<time>.json`` (one row per method x concurrency x rate:
-output throughput, TPOT, TTFT, vLLM's acceptance length; plus each raw vLLM result) and
+output throughput, TPOT, TTFT, vLLM's acceptance length, the repetition share of the
+generated text (repeated 4-grams of its tokens: the tiny targets loop, which flatters n-gram
+and Jacobi drafts), a hash of the generated texts (greedy: equal across methods); plus each raw vLLM result, without the per-request lists) and
 ``...-serve.png`` (output throughput and mean TPOT against concurrency per method).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import subprocess
 import sys
@@ -31,7 +35,8 @@ import time
 from pathlib import Path
 
 from benchmarks import configs
-from benchmarks.common import DEFAULT_MODEL, REPO, cpu_dtype, load_prompts, machine_info
+from benchmarks.common import (DEFAULT_MODEL, REPO, cpu_dtype, load_prompts, machine_info,
+                               repetition_share)
 from benchmarks.load_test import Row, Server
 
 CLI = Path(sys.executable).with_name("vllm-anyorder")
@@ -47,6 +52,8 @@ BUILT_IN = {
     "specdiff": lambda k: configs.specdiff(k, steps=max(1, k // 4)),
     "draft_model": lambda k: configs.draft_model(k),
 }
+PER_REQUEST = ("generated_texts", "ttfts", "itls", "errors", "input_lens", "output_lens",
+               "start_times")  # --save-detailed lists, dropped from the stored raw result
 
 
 def method_rows(methods: list[str], k: int, extra: list[list[str]]) -> dict[str, Row]:
@@ -84,14 +91,21 @@ def client_command(args, base: str, dataset: str, prompts: Path, concurrency: in
            "--endpoint", "/v1/completions", "--model", str(args.model),
            "--served-model-name", SERVED_NAME, "--num-prompts", str(args.num_prompts),
            "--max-concurrency", str(concurrency), "--request-rate", rate, "--ignore-eos",
-           "--temperature", "0", "--seed", "0", "--num-warmups", str(args.warmups),
-           "--percentile-metrics", "ttft,tpot,itl", "--disable-tqdm", "--save-result",
+           "--temperature", str(args.temperature), "--seed", "0",
+           "--num-warmups", str(args.warmups), "--percentile-metrics", "ttft,tpot,itl",
+           "--disable-tqdm", "--save-result", "--save-detailed",
            "--result-dir", str(result.parent), "--result-filename", result.name]
     if dataset == "custom":
         return cmd + ["--dataset-name", "custom", "--dataset-path", str(prompts),
                       "--custom-output-len", str(args.max_tokens), "--skip-chat-template"]
     return cmd + ["--dataset-name", "random", "--random-input-len", str(args.prompt_tokens),
                   "--random-output-len", str(args.max_tokens)]
+
+
+def text_repetition(texts: list[str], tokenizer) -> float:
+    """Share of repeated 4-grams of the generated texts, in the model's tokens."""
+    return round(repetition_share([tokenizer.encode(t, add_special_tokens=False)
+                                   for t in texts]), 3)
 
 
 def run_method(label: str, row: Row, args, workdir: Path, prompts: Path) -> list[dict]:
@@ -112,12 +126,17 @@ def run_method(label: str, row: Row, args, workdir: Path, prompts: Path) -> list
                 raise RuntimeError(f"{label}: vllm bench serve failed ({proc.returncode}):\n"
                                    f"{' '.join(cmd)}\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}")
             raw = json.loads(result.read_text())
+            texts = raw.get("generated_texts") or []
+            repeated = text_repetition(texts, args.tokenizer)
+            raw = {k: v for k, v in raw.items() if k not in PER_REQUEST}
             rows.append({"method": label, "dataset": dataset, "concurrency": concurrency,
-                         "request_rate": rate,
-                         "startup_s": startup_s, **{k: raw.get(k) for k in KEPT}, "raw": raw})
+                         "request_rate": rate, "temperature": args.temperature,
+                         "startup_s": startup_s, **{k: raw.get(k) for k in KEPT},
+                         "repetition_share": repeated, "outputs_sha1": hashlib.sha1(
+                             json.dumps(texts).encode()).hexdigest(), "raw": raw})
             print(f"{label:>12} {dataset:>6} c={concurrency:<3} rate={rate:<4} "
-                  f"{raw['output_throughput']:8.1f} tok/s  TPOT {raw['mean_tpot_ms']:7.2f} ms",
-                  flush=True)
+                  f"{raw['output_throughput']:8.1f} tok/s  TPOT {raw['mean_tpot_ms']:7.2f} ms"
+                  f"  repeated 4-grams {repeated:.0%}", flush=True)
     return rows
 
 
@@ -138,6 +157,7 @@ def parse_args(argv: list[str] | None):
                     "JSONL) and/or random (vLLM's random token ids), comma-separated")
     ap.add_argument("--prompt-tokens", type=int, default=48)
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
     ap.add_argument("--max-model-len", type=int, default=1024)
     ap.add_argument("--warmups", type=int, default=2, help="vLLM's --num-warmups")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per client run")
@@ -153,6 +173,9 @@ def parse_args(argv: list[str] | None):
 
 def main(argv: list[str] | None = None) -> Path:
     args = parse_args(argv)
+    from transformers import AutoTokenizer
+
+    args.tokenizer = AutoTokenizer.from_pretrained(str(args.model))
     rows = method_rows([m for m in args.methods.split(",") if m], args.k, args.config)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = args.out or REPO / "benchmarks" / "results" / f"serve-{stamp}.json"
@@ -161,6 +184,7 @@ def main(argv: list[str] | None = None) -> Path:
     report = {"model": str(args.model), "datasets": args.dataset, "machine": machine_info(),
               "dtype": "%s (%s)" % cpu_dtype(), "num_prompts": args.num_prompts,
               "max_tokens": args.max_tokens, "prompt_tokens": args.prompt_tokens,
+              "temperature": args.temperature,
               "methods": {label: {"speculative_config": r.spec, "additional_config": r.extra}
                           for label, r in rows.items()}, "rows": []}
     for label, row in rows.items():  # one server at a time (context manager in run_method)
@@ -172,7 +196,8 @@ def main(argv: list[str] | None = None) -> Path:
     plot = write_serve_plot(report["rows"], out.with_suffix(""),
                             f"{args.model.name}, vLLM bench serve, {'/'.join(args.dataset)} "
                             f"prompts ({args.prompt_tokens} tokens), "
-                            f"{args.max_tokens} tokens, {report['dtype'].split()[0]}")
+                            f"{args.max_tokens} tokens, T={args.temperature:g}, "
+                            f"{report['dtype'].split()[0]}")
     print(f"wrote {out}\nwrote {plot}")
     return out
 

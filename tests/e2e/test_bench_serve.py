@@ -53,6 +53,9 @@ def test_every_method_and_dataset_has_vllm_throughput_and_tpot(report):
     for dataset in ("custom", "random"):
         assert rows[("jacobi", dataset)]["spec_decode_acceptance_length"] >= 1.0
         assert rows[("none", dataset)]["spec_decode_acceptance_length"] is None
+        # greedy through vLLM's client: jacobi's texts are plain decoding's, token for token
+        assert rows[("jacobi", dataset)]["outputs_sha1"] == rows[("none", dataset)]["outputs_sha1"]
+        assert 0.0 <= rows[("none", dataset)]["repetition_share"] <= 1.0
 
 
 def test_the_plot_is_written(report):
