@@ -187,7 +187,8 @@ def replay(trace: Trace, cost, policy: str | int, min_steps: int = 0,
             if drafting_forward and drafts:
                 drafting = sum(1 for c in caps if c)
                 seconds += cost.seconds(drafting + drafts, drafting, st.context, True)
-            out.tokens += sum(min(a, c) + 1 for a, c in zip(st.accepted, caps))
+            tokens = sum(min(a, c) + 1 for a, c in zip(st.accepted, caps))
+            out.tokens += tokens
             out.seconds += seconds
             out.draft_rows += drafts
             out.request_steps += len(ids)
@@ -197,7 +198,7 @@ def replay(trace: Trace, cost, policy: str | int, min_steps: int = 0,
                 for r, c, a in zip(ids, caps, st.accepted):
                     if c:
                         controller.record_verified(r, c, min(a, c))
-                controller.record_step(units, drafts > 0, seconds)
+                controller.record_step(units, drafts > 0, seconds, len(ids), tokens)
                 controller.forget(set(ids))
     return out
 

@@ -23,6 +23,10 @@ probes a neighbour of its choice (no drafts when it drafts; a quarter more rows;
 rows; at least one draft per request): often
 while it warms up, then every ``probe_every`` steps. A new choice must beat the current one
 by ``hysteresis`` before the controller switches, so noise does not flap the decision.
+Reality check: where the drafting steps it chose at a batch size really committed fewer
+tokens per second than plain steps did (``Realized``), the controller stops drafting there,
+whatever the models predict (they can be optimistic: see ``refined_only`` in the adapter),
+and tries its prediction again once that figure is ``stale_after`` steps old.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass, field
 
-from .budget_models import Acceptance, StepCost
+from .budget_models import Acceptance, Realized, StepCost
 
 MODES = ("auto", "fixed")
 CYCLE_PREFIX = "cycle:"
@@ -60,6 +64,9 @@ class BudgetSettings:
     # prediction's error decides, and a wrong "draft" costs while a wrong "plain" only forgoes
     margin: float = 0.03
     stale_after: int = 100  # a probe re-measures a row count only this many steps later
+    # steps an upward probe keeps its row count (> 1 for drafts that improve only where they
+    # are verified, Jacobi iterates: the first step at a new depth refines, the next judge)
+    probe_hold: int = 1
 
 
 @dataclass
@@ -82,19 +89,30 @@ class BudgetController:
         self.kind, self.cycle = parse_mode(settings.mode)
         self.cost = StepCost()
         self.accept = Acceptance(settings.max_drafts)
+        self.realized = Realized()
         self.measured = 0  # steps whose cost was measured
+        self.run = 0  # measured drafting steps in a row the controller chose (no probes)
         self.decisions = 0
         self.chosen = 0  # R of the last non-probe decision (hysteresis anchor)
         self.last = Decision()
+        self.held: tuple[int, int, int] | None = None  # an upward probe: rows, batch, steps
         self.totals = {"steps": 0, "steps_without_drafts": 0, "drafted": 0, "accepted": 0,
                        "probes": 0}
 
     # ------------------------------------------------------------------ measurements
-    def record_step(self, rows: int, drafting: bool, seconds: float) -> None:
-        """One engine step's wall time (only steps the batch ran unchanged: no prefill)."""
+    def record_step(self, rows: int, drafting: bool, seconds: float, batch: int = 0,
+                    tokens: int = 0) -> None:
+        """One engine step's wall time (only steps the batch ran unchanged: no prefill);
+        ``tokens`` it committed over ``batch`` requests, where the caller counts them."""
         if seconds > 0:
             self.cost.observe(rows, drafting, seconds, self.decisions)
             self.measured += 1
+            # realised goodput: plain steps, and drafting steps the controller chose after
+            # one it also chose (the first after plain or a probe drafts a cold chain)
+            settled = drafting and not self.last.probe
+            self.run = self.run + 1 if settled else 0
+            if batch and tokens and (not drafting or self.run > 1):
+                self.realized.observe(batch, drafting, tokens, seconds, self.decisions)
 
     def record_verified(self, req_id: str, drafted: int, accepted: int) -> None:
         """One request's verification: ``drafted`` drafts, the first ``accepted`` kept."""
@@ -154,7 +172,12 @@ class BudgetController:
         if best != anchor and best_val < anchor_val * (1 + self.s.hysteresis) and \
                 anchor_val >= plain and not self._free_switch(batch, anchor, best):
             best, best_val = anchor, anchor_val
+        if best and self._drafting_lost(batch):  # reality overrules the prediction
+            best, best_val = 0, plain
         self.chosen = best
+        held = self._held_rows(batch, len(order))
+        if held is not None:  # an upward probe holding its row count
+            return self._probe_caps(order, held, limits, best_val, plain)
         rows, probe = best, self._probe_due()
         if probe:  # a neighbour of the choice: no drafts, a few more rows, or twice as many
             self.totals["probes"] += 1
@@ -164,13 +187,39 @@ class BudgetController:
             else:  # the nearest row count above the choice not measured lately
                 up = self._probe_up(best, len(order), batch, far=kind == 2)
                 if up is not None:
-                    caps = self._caps(order, up, batch)
-                    caps = [c or min(1, lim) for c, lim in zip(caps, limits)]
-                    self.last = Decision(sum(caps), batch, True, best_val, plain)
-                    return caps
+                    if self.s.probe_hold > 1:
+                        self.held = (up, batch, self.s.probe_hold - 1)
+                    return self._probe_caps(order, up, limits, best_val, plain)
             probe = rows != best
         self.last = Decision(rows, batch, probe, best_val, plain)
         return self._caps(order, rows, batch)
+
+    def _drafting_lost(self, batch: int) -> bool:
+        """The drafting steps chosen at this batch size lately really committed fewer tokens
+        per second than plain steps (a drafting figure older than ``stale_after`` steps does
+        not count: the prediction is then tried again, a few steps every ``stale_after``; the
+        plain one counts at any age, as plain steps are rare while drafting pays)."""
+        now = self.decisions
+        drafting = self.realized.rate(batch, True, now, self.s.stale_after)
+        plain = self.realized.rate(batch, False, now, now)
+        return drafting is not None and plain is not None and drafting < plain
+
+    def _held_rows(self, batch: int, total: int) -> int | None:
+        """This step's rows of a held upward probe; None without one (a new batch size
+        ends it)."""
+        if self.held is None:
+            return None
+        rows, held_batch, left = self.held
+        self.held = (rows, batch, left - 1) if left > 1 and held_batch == batch else None
+        return min(rows, total) if held_batch == batch and total else None
+
+    def _probe_caps(self, order: list[tuple[float, int]], rows: int, limits: list[int],
+                    best_val: float, plain: float) -> list[int]:
+        """An upward probe's caps: the ``rows`` best rows, and at least one draft each."""
+        caps = self._caps(order, rows, len(limits))
+        caps = [c or min(1, lim) for c, lim in zip(caps, limits)]
+        self.last = Decision(sum(caps), len(limits), True, best_val, plain)
+        return caps
 
     def _free_switch(self, batch: int, anchor: int, best: int) -> bool:
         """More rows at no predicted extra cost (a flat cost curve): no reason to wait."""
@@ -241,6 +290,9 @@ class BudgetController:
     def state(self) -> dict:
         """Everything a decision depends on (TP ranks must agree; diagnostics fingerprint)."""
         return {"decisions": self.decisions, "measured": self.measured, "chosen": self.chosen,
+                "held": self.held,
+                "realized": sorted([list(k), [round(x, 9) for x in v]]
+                                   for k, v in self.realized.table.items()),
                 "cost": {str(k): sorted((b, round(m.rows, 6), round(m.seconds, 9))
                                         for b, m in v.items())
                          for k, v in self.cost.tables.items()},

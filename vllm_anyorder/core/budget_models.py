@@ -221,3 +221,38 @@ class Acceptance:
     def forget(self, live: set[str]) -> None:
         for req_id in [r for r in self.requests if r not in live]:
             del self.requests[req_id]
+
+
+class Realized:
+    """Committed tokens per second the engine really got, per batch size and arm (drafting
+    or plain), exponentially forgotten: the check on the models' prediction. A model that
+    over-predicts drafting (e.g. Jacobi acceptance counted only at refined positions) is
+    overruled by what its choices actually gave. The controller feeds it the drafting steps
+    it chose (not its probes: a probe's one-off chain shows what a chain gives when it was
+    never drafted for before) and every plain step."""
+
+    def __init__(self, decay: float = 0.05, min_drafting: float = 6.0,
+                 min_plain: float = 2.0) -> None:
+        self.decay = decay
+        # steps before a figure counts: about 7 drafting steps (a chain drafted afresh
+        # needs a few to settle), 2 plain ones (a plain step is what it is; they are rare)
+        self.min_weight = {True: min_drafting, False: min_plain}
+        # (batch, drafting) -> [tokens, seconds, weight, step of the last observation]
+        self.table: dict[tuple[int, bool], list[float]] = {}
+
+    def observe(self, batch: int, drafting: bool, tokens: int, seconds: float,
+                step: int) -> None:
+        t = self.table.setdefault((batch, bool(drafting)), [0.0, 0.0, 0.0, 0.0])
+        keep = 1.0 - self.decay
+        t[0], t[1], t[2] = t[0] * keep + tokens, t[1] * keep + seconds, t[2] * keep + 1.0
+        t[3] = step
+
+    def rate(self, batch: int, drafting: bool, now: int, max_age: int) -> float | None:
+        """Tokens per second of this arm at this batch size; None until enough steps, or
+        when the last one is more than ``max_age`` steps old (then the prediction is tried
+        again for real)."""
+        t = self.table.get((batch, bool(drafting)))
+        if t is None or t[2] < self.min_weight[bool(drafting)] or t[1] <= 0 or \
+                now - t[3] > max_age:
+            return None
+        return t[0] / t[1]

@@ -28,6 +28,9 @@ class AnyOrderProposer:
     """Base of every proposer; a :class:`~vllm_anyorder.contract.VerificationObserver`."""
 
     method: ClassVar[str] = ""
+    # drafts improve only at the positions a step verified (Jacobi iterates): the budget
+    # then learns acceptance from refined positions only (proposers/budget.py)
+    budget_refined_only: ClassVar[bool] = False
 
     def __init__(self, vllm_config: Any) -> None:
         from vllm_anyorder import patches
@@ -43,7 +46,8 @@ class AnyOrderProposer:
         options = config.section(vllm_config.additional_config).get(self.method) or {}
         self.budget = StepBudget(options.get("budget", "auto"), self.max_chain,
                                  _compat.tp_group(), metrics.budget_snapshot_path(
-                                     str(getattr(vllm_config, "instance_id", "") or "default")))
+                                     str(getattr(vllm_config, "instance_id", "") or "default")),
+                                 refined_only=self.budget_refined_only)
 
     def load_model(self, target_model: Any) -> None:
         """Keep a handle on the target module (self-drafting methods load nothing else)."""

@@ -17,6 +17,15 @@ sampling step, in denoising rounds: it asks :meth:`StepBudget.caps` per round an
 each round it timed itself with :meth:`StepBudget.round_done` (``begin`` / ``end`` never run
 for it, so nothing is counted twice).
 
+Drafts refined where verified (``refined_only``, Jacobi): a Jacobi iterate improves only at
+the positions a step verified (k drafts, m accepted: the next chain's first k - m positions
+are new iterates, the rest are older guesses). Counting every position would teach the
+controller that deep positions fail, because a short chain never refines them, and it would
+then keep the chain short (self-fulfilling). So only refined positions are counted: the
+acceptance of a position as it is once drafted for, which is what a longer chain would see.
+That estimate can be optimistic; the controller's reality check (``core.budget``: realised
+tokens per second, drafting against plain) keeps it from costing.
+
 Tensor parallelism: every rank runs the same controller on the same inputs. Acceptance is the
 same on every rank (outputs are); step times are not, so rank 0's measurement is broadcast
 over the TP group each step and every rank records that one: identical decisions, and the
@@ -53,8 +62,12 @@ class _Pending:
 
 class StepBudget:
     def __init__(self, mode: str, max_drafts: int, tp_group: Any = None,
-                 snapshot_path: str | None = None) -> None:
-        self.controller = BudgetController(BudgetSettings(mode=mode, max_drafts=max_drafts))
+                 snapshot_path: str | None = None, refined_only: bool = False) -> None:
+        # refined drafts: an upward probe lasts 3 steps (refine the new depth, then judge it)
+        self.controller = BudgetController(BudgetSettings(
+            mode=mode, max_drafts=max_drafts, probe_hold=3 if refined_only else 1))
+        self.refined_only = refined_only
+        self._refined: dict[str, int] = {}  # req_id -> leading refined positions of its chain
         self.tp_group = tp_group  # vLLM's TP GroupCoordinator when world size > 1
         self._pending: _Pending | None = None
         self._scheduled: dict[str, int] = {}
@@ -120,12 +133,33 @@ class StepBudget:
             self._trace.flush()
         if self.controller.kind != "auto":
             return
-        for req_id, k, accepted in outcomes:
+        for req_id, k, accepted in self._counted(outcomes):
             if k:
                 self.controller.record_verified(req_id, k, accepted)
         if clean and seconds > 0:
-            self.controller.record_step(rows, drafting, seconds)
-        self.controller.forget(set(live))
+            # committed tokens: one per request and its accepted drafts (a step's, not a
+            # denoising round's: rounds commit differently)
+            tokens = sum(a + 1 for _, _, a in outcomes) if not unit else 0
+            self.controller.record_step(rows, drafting, seconds, len(outcomes), tokens)
+        live_set = set(live)
+        self.controller.forget(live_set)
+        for req_id in [r for r in self._refined if r not in live_set]:
+            del self._refined[req_id]
+
+    def _counted(self, outcomes: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
+        """The outcomes the acceptance model learns from: all of them, or with
+        ``refined_only`` each chain cut to the positions its last verification refined."""
+        if not self.refined_only:
+            return outcomes
+        out = []
+        for req_id, k, accepted in outcomes:
+            refined = self._refined.get(req_id, 0)
+            if k and refined:
+                out.append((req_id, min(k, refined), min(accepted, refined)))
+            # k drafts verified, m accepted: the next chain's first k - m positions are new
+            # iterates; a step without drafts shifts the iterate by one and refines nothing
+            self._refined[req_id] = k - accepted if k else max(0, refined - 1)
+        return out
 
     def caps(self, req_ids: list[str], limits: list[int]) -> list[int]:
         return self.controller.allot(req_ids, limits)

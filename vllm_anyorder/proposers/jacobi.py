@@ -17,6 +17,7 @@ from vllm_anyorder.proposers.base import AnyOrderProposer
 
 class JacobiProposer(AnyOrderProposer):
     method = "jacobi"
+    budget_refined_only = True  # an iterate is refined only where it was verified
 
     def __init__(self, vllm_config: Any) -> None:
         super().__init__(vllm_config)

@@ -35,7 +35,7 @@ def step(b, clock, req_ids, sampled, scheduled, caps_limits, seconds):
 def test_steps_are_measured_only_when_the_batch_ran_unchanged(clock):
     b = StepBudget("auto", 4)
     recorded = []
-    b.controller.record_step = lambda rows, drafting, s: recorded.append((rows, drafting, s))
+    b.controller.record_step = lambda rows, drafting, s, *counts: recorded.append((rows, drafting, s))
     caps = step(b, clock, ["a"], [[1]], None, [4], 0.010)  # first step: nothing to close
     assert recorded == []
     step(b, clock, ["a"], [[1, 2]], [caps[0]], [4], 0.020)
@@ -74,7 +74,7 @@ def test_tp_ranks_record_rank_zero_measurement(clock):
 
     b = StepBudget("auto", 4, tp_group=Group())
     recorded = []
-    b.controller.record_step = lambda rows, drafting, s: recorded.append(s)
+    b.controller.record_step = lambda rows, drafting, s, *counts: recorded.append(s)
     step(b, clock, ["a"], [[1]], None, [4], 0.010)
     step(b, clock, ["a"], [[1]], [0], [4], 0.010)
     assert recorded == [0.5]
@@ -85,7 +85,7 @@ def test_dllm_rounds_are_recorded_like_steps():
     rounds, acceptance of drafted requests, per-request state kept for the batch's requests."""
     b = StepBudget("auto", 4)
     steps, verified = [], []
-    b.controller.record_step = lambda rows, drafting, s: steps.append((rows, drafting, s))
+    b.controller.record_step = lambda rows, drafting, s, *counts: steps.append((rows, drafting, s))
     real = b.controller.record_verified
     b.controller.record_verified = lambda r, k, acc: (verified.append((r, k, acc)),
                                                       real(r, k, acc))

@@ -102,6 +102,27 @@ def test_never_accepted_drafts_stop_and_are_probed_now_and_then():
     assert 0 < drafted_steps <= 200 // 16  # probes only, about one in probe_every
 
 
+def optimistic_run(report_tokens, steps=600):
+    """Acceptance the model is told (every draft accepted) is not what the steps commit (no
+    draft accepted): the share of the settled half's steps that drafted, not probing."""
+    ctl = BudgetController(BudgetSettings(max_drafts=8))
+    drafted = []
+    for _ in range(steps):
+        caps = ctl.allot(["a", "b"], [8, 8])
+        rows = 2 + sum(caps)
+        ctl.record_verified("a", caps[0], caps[0]) if caps[0] else None
+        ctl.record_verified("b", caps[1], caps[1]) if caps[1] else None
+        ctl.record_step(rows, any(caps), 0.010 + 0.001 * rows, *((2, 2) if report_tokens else ()))
+        drafted.append(any(caps) and not ctl.last.probe)
+    return sum(drafted[steps // 2:]) / (steps - steps // 2)
+
+
+def test_reality_overrules_an_optimistic_prediction():
+    assert optimistic_run(report_tokens=False) > 0.9  # the model alone keeps drafting
+    # told what the steps really committed, it stops, retrying a few steps per stale_after
+    assert optimistic_run(report_tokens=True) < 0.15
+
+
 def test_fixed_and_cycle_modes():
     fixed = BudgetController(BudgetSettings(mode="fixed", max_drafts=8))
     assert fixed.allot(["a", "b"], [8, 3]) == [8, 3]
