@@ -61,11 +61,11 @@ class _Pending:
 
 
 class StepBudget:
+    PROBE_HOLD = 2  # refined drafts: an upward probe refines its new depth, then judges it
     def __init__(self, mode: str, max_drafts: int, tp_group: Any = None,
                  snapshot_path: str | None = None, refined_only: bool = False) -> None:
-        # refined drafts: an upward probe lasts 3 steps (refine the new depth, then judge it)
         self.controller = BudgetController(BudgetSettings(
-            mode=mode, max_drafts=max_drafts, probe_hold=3 if refined_only else 1))
+            mode=mode, max_drafts=max_drafts, probe_hold=self.PROBE_HOLD if refined_only else 1))
         self.refined_only = refined_only
         self._refined: dict[str, int] = {}  # req_id -> leading refined positions of its chain
         self.tp_group = tp_group  # vLLM's TP GroupCoordinator when world size > 1
