@@ -62,6 +62,7 @@ class _Pending:
 
 class StepBudget:
     PROBE_HOLD = 2  # refined drafts: an upward probe refines its new depth, then judges it
+
     def __init__(self, mode: str, max_drafts: int, tp_group: Any = None,
                  snapshot_path: str | None = None, refined_only: bool = False) -> None:
         self.controller = BudgetController(BudgetSettings(
