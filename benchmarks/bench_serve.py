@@ -19,7 +19,8 @@ Methods: ``none`` (no speculation), ``jacobi``, ``ngram``, ``specdiff``, ``draft
 Writes ``benchmarks/results/serve-<time>.json`` (one row per method x concurrency x rate:
 output throughput, TPOT, TTFT, vLLM's acceptance length, the repetition share of the
 generated text (repeated 4-grams of its tokens: the tiny targets loop, which flatters n-gram
-and Jacobi drafts), a hash of the generated texts (greedy: equal across methods); plus each raw vLLM result, without the per-request lists) and
+and Jacobi drafts), a hash of the generated texts (greedy in float32: equal across methods;
+``--dtype``); plus each raw vLLM result, without the per-request lists) and
 ``...-serve.png`` (output throughput and mean TPOT against concurrency per method).
 """
 
@@ -115,7 +116,8 @@ def run_method(label: str, row: Row, args, workdir: Path, prompts: Path) -> list
     t0 = time.time()
     # a KV cache for every concurrent request at full length, + one (vLLM keeps blocks aside)
     with Server(str(args.model), row, workdir / f"{label}.log", max_model_len=args.max_model_len,
-                kv_tokens=(max_seqs + 1) * args.max_model_len, max_num_seqs=max_seqs) as server:
+                kv_tokens=(max_seqs + 1) * args.max_model_len, max_num_seqs=max_seqs,
+                dtype=args.dtype) as server:
         startup_s = round(time.time() - t0, 1)
         rows = []
         for dataset, concurrency, rate in points:
@@ -158,6 +160,9 @@ def parse_args(argv: list[str] | None):
     ap.add_argument("--prompt-tokens", type=int, default=48)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    ap.add_argument("--dtype", default=None, help="the servers' dtype (default: the CPU's "
+                    "fast one; bf16 results depend on the batch's shape, so greedy texts of "
+                    "two methods can differ at a near-tie: compare texts in float32)")
     ap.add_argument("--max-model-len", type=int, default=1024)
     ap.add_argument("--warmups", type=int, default=2, help="vLLM's --num-warmups")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per client run")
@@ -182,7 +187,7 @@ def main(argv: list[str] | None = None) -> Path:
     workdir = Path(tempfile.mkdtemp(prefix="bench_serve_"))
     prompts = write_prompts(workdir / "prompts.jsonl", args.num_prompts, args.prompt_tokens)
     report = {"model": str(args.model), "datasets": args.dataset, "machine": machine_info(),
-              "dtype": "%s (%s)" % cpu_dtype(), "num_prompts": args.num_prompts,
+              "dtype": args.dtype or "%s (%s)" % cpu_dtype(), "num_prompts": args.num_prompts,
               "max_tokens": args.max_tokens, "prompt_tokens": args.prompt_tokens,
               "temperature": args.temperature,
               "methods": {label: {"speculative_config": r.spec, "additional_config": r.extra}

@@ -90,13 +90,14 @@ class Server:
     in tokens (a little above ``max_model_len`` forces preemption under concurrency)."""
 
     def __init__(self, model: str, row: Row, log: Path, *, max_model_len: int, kv_tokens: int,
-                 max_num_seqs: int):
-        kv_bytes = kv_bytes_for(model, kv_tokens, cpu_dtype()[0])
+                 max_num_seqs: int, dtype: str | None = None):
+        dtype = dtype or cpu_dtype()[0]  # default: the CPU's fast dtype
+        kv_bytes = kv_bytes_for(model, kv_tokens, dtype)
         self.port = _free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         cli = Path(sys.executable).with_name("vllm-anyorder")
         self.cmd = [str(cli), "serve", model, "--host", "127.0.0.1", "--port", str(self.port),
-                    "--served-model-name", lc.MODEL, "--enforce-eager", "--dtype", cpu_dtype()[0],
+                    "--served-model-name", lc.MODEL, "--enforce-eager", "--dtype", dtype,
                     "--max-model-len", str(max_model_len), "--kv-cache-memory-bytes",
                     str(kv_bytes), "--max-num-seqs", str(max_num_seqs), "--seed", "0",
                     "--worker-extension-cls", EXTENSION]

@@ -36,7 +36,7 @@ def report(tmp_path_factory):
         '{"anyorder": {"jacobi": {"num_blocks": 2, "budget": "fixed"}}}',
         "--concurrency", "1", "--num-prompts", str(PROMPTS), "--max-tokens", str(TOKENS),
         "--prompt-tokens", "32", "--dataset", "custom,random", "--warmups", "1",
-        "--max-model-len", "256", "--timeout", "300", "--out", str(out)])
+        "--max-model-len", "256", "--timeout", "300", "--dtype", "float32", "--out", str(out)])
     return out, json.loads(out.read_text())
 
 
@@ -54,6 +54,7 @@ def test_every_method_and_dataset_has_vllm_throughput_and_tpot(report):
         assert rows[("jacobi", dataset)]["spec_decode_acceptance_length"] >= 1.0
         assert rows[("none", dataset)]["spec_decode_acceptance_length"] is None
         # greedy through vLLM's client: jacobi's texts are plain decoding's, token for token
+        # (float32: in bf16 a near-tie can flip with the batch's shape, in either engine)
         assert rows[("jacobi", dataset)]["outputs_sha1"] == rows[("none", dataset)]["outputs_sha1"]
         assert 0.0 <= rows[("none", dataset)]["repetition_share"] <= 1.0
 

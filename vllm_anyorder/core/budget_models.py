@@ -8,8 +8,8 @@ hand-set constant of the machine.
   verifies (``rows`` = requests + drafts) and whether the step drafted at all (``drafting``:
   a drafting forward, the rejection sampler; ``False`` is plain decoding, the no-speculation
   arm). Per arm, a table of buckets of ``rows`` (exact to 16, then four per doubling) holds
-  (rows, a low quantile of seconds); predictions interpolate between measured buckets and extrapolate with the
-  last measured slope, so a curve that is flat and then steep (bf16 on AVX512 CPUs: 9 rows
+  (rows, a low quantile of seconds); predictions interpolate between measured buckets and
+  extrapolate with the last measured slope, so a curve that is flat and then steep (bf16 on AVX512 CPUs: 9 rows
   cost ~1 row) is followed, not averaged away.
 * :class:`Acceptance` -- per draft position j, P(draft j accepted | drafts < j accepted), engine
   wide (exponentially weighted counts) and per request (its own counts, shrunk towards the
