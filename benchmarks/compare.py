@@ -10,7 +10,8 @@ row-run that started above that, or shared the CPU with other processes (``forei
 CPU time of processes outside the harness, in cores), is re-run once, then kept and marked.
 
 Each row reports the median and min/max of its rounds, the ratio of medians to its reference
-row (the first row unless ``reference`` names another), exact match against the reference's
+row (the first row unless ``reference`` names another), the paired ratio (the median over
+rounds of each round's own ratio: less exposed to the machine's drift), exact match against the reference's
 output in every round, and what the timing depended on (dtype, load averages, engines alive).
 """
 
@@ -143,6 +144,9 @@ def _row(cfg: Config, runs: dict[str, list[dict]], configs: list[Config], b: int
         seconds_median=med, seconds_min=min(seconds), seconds_max=max(seconds), seconds=seconds,
         reference_seconds_median=ref_med, speedup_vs_nospec=ref_med / med,
         speedup_min_max=[min(ref_med / s for s in seconds), max(ref_med / s for s in seconds)],
+        # the median of each round's own ratio: this machine's speed drifts by +-10% over
+        # minutes, and a round's row-runs are minutes apart while rounds are many minutes apart
+        speedup_paired=statistics.median(r["seconds"] / m["seconds"] for m, r in zip(mine, ref)),
         generated=generated, tokens_per_s=generated / med,
         tokens_per_target_forward=first["mean_acceptance_length"],
         accepted_per_position=first["accepted_per_pos"],
@@ -173,13 +177,14 @@ def _print(rows: list[dict], describe: str, repeats: int) -> None:
     print(f"\nmachine: {machine()}; dtype {rows[0]['dtype'] if rows else '?'}; {describe}; "
           f"{repeats} rounds, one engine alive at a time")
     print(f"{'method':<30}{'tok/fwd':>8}{'median s':>10}{'min-max s':>13}{'speedup':>9}"
-          f"{'exact':>7}{'quiet':>7}{'drafter ms/step':>16}  vs")
+          f"{'paired':>8}{'exact':>7}{'quiet':>7}{'drafter ms/step':>16}  vs")
     for r in rows:
         cost = f"{r['drafter_ms_per_step']:>16.1f}" if "drafter_ms_per_step" in r else f"{'':>16}"
         vs = "itself" if r["reference"] == r["method"] else r["reference"]
         spread = f"{r['seconds_min']:.2f}-{r['seconds_max']:.2f}"
         print(f"{r['method']:<30}{r['tokens_per_target_forward']:>8.2f}{r['seconds_median']:>10.2f}"
-              f"{spread:>13}{r['speedup_vs_nospec']:>8.2f}x{r['exact_match']:>7.0%}"
+              f"{spread:>13}{r['speedup_vs_nospec']:>8.2f}x{r['speedup_paired']:>7.2f}x"
+              f"{r['exact_match']:>7.0%}"
               f"{'yes' if r['all_rounds_quiet'] else 'NO':>7}{cost}  {vs}")
     for r in rows:
         if "tokens_per_model_forward" in r:

@@ -72,6 +72,8 @@ def reference(asarm, prompts):
                          ids=["plain", "assd"])
 def test_preempted_requests_decode_like_the_reference(asarm, prompts, reference, spec):
     tokens, preemptions = _greedy(asarm, prompts, kv_cache_memory_bytes=600_000,
-                                  **({"speculative_config": spec} if spec else {}))
+                                  **({"speculative_config": spec,  # the self drafter
+                                      "additional_config": {"anyorder": {"assd": {
+                                          "drafter": "self"}}}} if spec else {}))
     assert preemptions > 0  # the recompute path really ran
     assert tokens == reference

@@ -31,7 +31,7 @@ def test_assd_on_a_plain_llama_is_refused(tiny_llama):
 
 
 @pytest.mark.parametrize("spec,extra,match", [
-    ({"method": "assd", "num_speculative_tokens": 1}, None, "k = 1"),
+    ({"method": "assd", "num_speculative_tokens": 1}, {"anyorder": {"assd": {"drafter": "self"}}}, "k = 1"),
     ({"method": "assd", "num_speculative_tokens": 200}, None, "MAX_SPEC_LEN"),
     ({"method": "assd", "num_speculative_tokens": 4},
      {"anyorder": {"assd": {"drafter": "bigram"}}}, "drafter"),

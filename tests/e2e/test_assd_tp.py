@@ -43,7 +43,8 @@ def test_tp2_assd_equals_single_process(asarm, monkeypatch):
     finally:
         shutdown(llm)
     llm = make_llm(asarm, tensor_parallel_size=2,
-                   speculative_config={"method": "assd", "num_speculative_tokens": 4})
+                   speculative_config={"method": "assd", "num_speculative_tokens": 4},
+                   additional_config={"anyorder": {"assd": {"drafter": "self"}}})  # the self drafter: its query forwards
     try:
         got = [list(o.outputs[0].token_ids) for o in llm.generate(PROMPTS, greedy, use_tqdm=False)]
         got_infill = infill.generate(llm, INFILL, greedy)

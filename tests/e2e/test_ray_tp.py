@@ -51,7 +51,8 @@ METHODS = {
                     {"anyorder": {"specdiff": {"steps": 4, "schedule": "random",
                                                "temperature": 1.0, "seed": 3}}},
                     fixtures=("cyclic_drafter",)),
-    "assd": Row("asarm_kv2", {"method": "assd", "num_speculative_tokens": 4}),
+    "assd": Row("asarm_kv2", {"method": "assd", "num_speculative_tokens": 4},
+                {"anyorder": {"assd": {"drafter": "self"}}}),
     # diffusion LLM: the single-process run without speculation is its `stepwise` baseline
     "ssd": Row("llada_kv2", {"method": "ssd", "num_speculative_tokens": 3},
                {"anyorder": {"ssd": {"block_length": 8, "mix_order": True}}},

@@ -11,9 +11,9 @@ from vllm_anyorder.config import AnyOrderConfigError, JacobiConfig
 
 
 # --------------------------------------------------------------------------- parse
-def test_defaults_are_the_papers_recommended_settings():
+def test_defaults_are_the_papers_settings_with_the_budgets_best_block():
     cfg = config.parse("jacobi", None)
-    assert cfg == JacobiConfig(block_size=64, num_blocks=2, pool_size=4, spawn_ratio=0.85,
+    assert cfg == JacobiConfig(block_size=16, num_blocks=2, pool_size=4, spawn_ratio=0.85,
                                recycle="pool_first")
     assert config.parse("jacobi", {}) == cfg
 

@@ -25,7 +25,7 @@ while it warms up, then every ``probe_every`` steps. A new choice must beat the 
 by ``hysteresis`` before the controller switches, so noise does not flap the decision.
 Reality check: where the drafting steps it chose at a batch size really committed fewer
 tokens per second than plain steps did (``Realized``), the controller stops drafting there,
-whatever the models predict (they can be optimistic: see ``refined_only`` in the adapter),
+whatever the models predict (they can be optimistic: see ``core.jacobi_refined``),
 and tries its prediction again once that figure is ``stale_after`` steps old.
 """
 

@@ -215,6 +215,12 @@ class JacobiState:
             if p - new_base < len(self.canvas):
                 self.canvas[p - new_base] = greedy[p - old_base]
 
+    def catch_up(self, tokens: list[int]) -> None:
+        """Fold steps without drafts, one committed token each: exactly ``advance([], [t],
+        [t])`` per token (with no drafts the argmax row refines nothing, so it is not read)."""
+        for t in tokens:
+            self.advance([], [t], [t])
+
     def _retire_blocks(self) -> None:
         """Drop completed blocks; the next one becomes real-active (line 15 'promote')."""
         while self.block_ends and self.block_ends[0] <= self.base:

@@ -19,7 +19,7 @@ positions are sequence indices, padding is excluded as attention keys.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
@@ -36,6 +36,16 @@ class SpecDiffSettings:
     context_window: int  # W: committed tokens the drafter sees (the last W)
     schedule: str = "confidence"  # which masked positions each step reveals
     temperature: float = 0.0  # 0: reveal the drafter's argmax; > 0: sample
+
+    def for_depth(self, depth: int) -> "SpecDiffSettings":
+        """The drafting work for a chain of ``depth`` <= gamma drafts (the speculation
+        budget's cap): ``depth`` masks revealed at the configured pace (gamma / T positions
+        per forward), i.e. ceil(T * depth / gamma) forwards over [B, W + depth] instead of
+        T over [B, W + gamma]. Drafts are guesses, verified exactly: any depth is lossless,
+        and at depth gamma this is the configured drafting unchanged."""
+        depth = max(1, min(depth, self.num_draft_tokens))
+        steps = min(depth, -(-self.steps * depth // self.num_draft_tokens))
+        return replace(self, num_draft_tokens=depth, steps=steps)
 
 
 def reveal_counts(gamma: int, steps: int) -> list[int]:

@@ -28,9 +28,9 @@ class AnyOrderProposer:
     """Base of every proposer; a :class:`~vllm_anyorder.contract.VerificationObserver`."""
 
     method: ClassVar[str] = ""
-    # drafts improve only at the positions a step verified (Jacobi iterates): the budget
-    # then learns acceptance from refined positions only (proposers/budget.py)
-    budget_refined_only: ClassVar[bool] = False
+    # which verified drafts the budget learns acceptance from (proposers/budget.py): None =
+    # all of them; a class with counted(outcomes) / forget(live) / probe_hold otherwise
+    budget_counting: ClassVar[type | None] = None
 
     def __init__(self, vllm_config: Any) -> None:
         from vllm_anyorder import patches
@@ -47,7 +47,7 @@ class AnyOrderProposer:
         self.budget = StepBudget(options.get("budget", "auto"), self.max_chain,
                                  _compat.tp_group(), metrics.budget_snapshot_path(
                                      str(getattr(vllm_config, "instance_id", "") or "default")),
-                                 refined_only=self.budget_refined_only)
+                                 counting=self.budget_counting and self.budget_counting())
 
     def load_model(self, target_model: Any) -> None:
         """Keep a handle on the target module (self-drafting methods load nothing else)."""

@@ -17,14 +17,10 @@ sampling step, in denoising rounds: it asks :meth:`StepBudget.caps` per round an
 each round it timed itself with :meth:`StepBudget.round_done` (``begin`` / ``end`` never run
 for it, so nothing is counted twice).
 
-Drafts refined where verified (``refined_only``, Jacobi): a Jacobi iterate improves only at
-the positions a step verified (k drafts, m accepted: the next chain's first k - m positions
-are new iterates, the rest are older guesses). Counting every position would teach the
-controller that deep positions fail, because a short chain never refines them, and it would
-then keep the chain short (self-fulfilling). So only refined positions are counted: the
-acceptance of a position as it is once drafted for, which is what a longer chain would see.
-That estimate can be optimistic; the controller's reality check (``core.budget``: realised
-tokens per second, drafting against plain) keeps it from costing.
+Which drafts acceptance is learnt from: all of them, unless the proposer hands a counting
+rule (``counting``: ``counted(outcomes)``, ``forget(live)``, ``probe_hold``), e.g. Jacobi's
+:class:`~vllm_anyorder.core.jacobi_refined.RefinedPositions` (only positions a verification
+refined count).
 
 Tensor parallelism: every rank runs the same controller on the same inputs. Acceptance is the
 same on every rank (outputs are); step times are not, so rank 0's measurement is broadcast
@@ -61,14 +57,12 @@ class _Pending:
 
 
 class StepBudget:
-    PROBE_HOLD = 2  # refined drafts: an upward probe refines its new depth, then judges it
-
     def __init__(self, mode: str, max_drafts: int, tp_group: Any = None,
-                 snapshot_path: str | None = None, refined_only: bool = False) -> None:
+                 snapshot_path: str | None = None, counting: Any = None) -> None:
         self.controller = BudgetController(BudgetSettings(
-            mode=mode, max_drafts=max_drafts, probe_hold=self.PROBE_HOLD if refined_only else 1))
-        self.refined_only = refined_only
-        self._refined: dict[str, int] = {}  # req_id -> leading refined positions of its chain
+            mode=mode, max_drafts=max_drafts,
+            probe_hold=getattr(counting, "probe_hold", 1)))
+        self.counting = counting  # the proposer's rule for which outcomes count (or None)
         self.tp_group = tp_group  # vLLM's TP GroupCoordinator when world size > 1
         self._pending: _Pending | None = None
         self._scheduled: dict[str, int] = {}
@@ -134,7 +128,8 @@ class StepBudget:
             self._trace.flush()
         if self.controller.kind != "auto":
             return
-        for req_id, k, accepted in self._counted(outcomes):
+        counted = outcomes if self.counting is None else self.counting.counted(outcomes)
+        for req_id, k, accepted in counted:
             if k:
                 self.controller.record_verified(req_id, k, accepted)
         if clean and seconds > 0:
@@ -144,23 +139,8 @@ class StepBudget:
             self.controller.record_step(rows, drafting, seconds, len(outcomes), tokens)
         live_set = set(live)
         self.controller.forget(live_set)
-        for req_id in [r for r in self._refined if r not in live_set]:
-            del self._refined[req_id]
-
-    def _counted(self, outcomes: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
-        """The outcomes the acceptance model learns from: all of them, or with
-        ``refined_only`` each chain cut to the positions its last verification refined."""
-        if not self.refined_only:
-            return outcomes
-        out = []
-        for req_id, k, accepted in outcomes:
-            refined = self._refined.get(req_id, 0)
-            if k and refined:
-                out.append((req_id, min(k, refined), min(accepted, refined)))
-            # k drafts verified, m accepted: the next chain's first k - m positions are new
-            # iterates; a step without drafts shifts the iterate by one and refines nothing
-            self._refined[req_id] = k - accepted if k else max(0, refined - 1)
-        return out
+        if self.counting is not None:
+            self.counting.forget(live_set)
 
     def caps(self, req_ids: list[str], limits: list[int]) -> list[int]:
         return self.controller.allot(req_ids, limits)

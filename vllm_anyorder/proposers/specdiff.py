@@ -3,7 +3,8 @@
 Adapter over :mod:`vllm_anyorder.core.specdiff` (SpecDiff, Sec. 4.1 / Algorithm 1). The
 drafter (MDLM or SEDD format, :mod:`vllm_anyorder.model_executor.masked_diffusion`) is loaded
 on the target's device in every worker; each ``propose`` drafts for all requests of the step
-together: T drafter forwards over [batch, window + gamma]. vLLM verifies the drafts as point
+together: T drafter forwards over [batch, window + gamma], fewer and narrower where the
+speculation budget cuts gamma (``SpecDiffSettings.for_depth``). vLLM verifies the drafts as point
 masses (custom_class passes no draft probabilities), which is what keeps sampling exact.
 Nothing is kept per request.
 """
@@ -83,8 +84,10 @@ class SpecDiffProposer(AnyOrderProposer):
         generator = torch.Generator().manual_seed(self.cfg.seed + self._steps)
         self._steps += 1
         start = time.perf_counter()
+        # the drafter's work follows the budget: only as many masks as the deepest cap
+        depth = s.for_depth(max(budgets)) if budgets else s
         drafted, forwards = draft(
-            self._denoise, contexts, s, self.drafter.spec.mask_token_id, generator
+            self._denoise, contexts, depth, self.drafter.spec.mask_token_id, generator
         )
         if forwards:
             self.drafter_forwards += forwards

@@ -102,9 +102,11 @@ def peaked_table(seed=0):
 
 def test_config_options_and_the_k1_refusal():
     assert config.parse("assd", {}, k=5) == AssdConfig(k=5)
+    assert config.parse("assd", {}) == AssdConfig(k=8, drafter="ngram")  # the measured best
     assert config.parse("assd", {"drafter": "ngram"}, k=1).drafter == "ngram"
+    assert config.parse("assd", {}, k=1).drafter == "ngram"
     with pytest.raises(AnyOrderConfigError, match="k = 1"):
-        config.parse("assd", {}, k=1)
+        config.parse("assd", {"drafter": "self"}, k=1)
     with pytest.raises(AnyOrderConfigError, match="drafter"):
         config.parse("assd", {"drafter": "bigram"}, k=4)
     with pytest.raises(AnyOrderConfigError, match="unknown option"):
@@ -126,7 +128,7 @@ def test_method_table_and_target_check(caplog):
                                        model_type="anyorder_llama"))
     check_assd_target(AssdConfig(k=4), asarm)
     with caplog.at_level("WARNING", logger="vllm_anyorder"):
-        check_assd_target(AssdConfig(k=2), asarm)
+        check_assd_target(AssdConfig(k=2, drafter="self"), asarm)
     assert "k > 2" in caplog.text
 
 

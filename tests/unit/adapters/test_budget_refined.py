@@ -5,7 +5,8 @@ chain has ``refined`` leading positions (new iterates from the last verification
 m accepted -> k - m); a refined position is accepted with probability ``WARM``, an older
 guess with ``COLD``. A controller that counts every position learns that deep positions fail
 (a short chain never refines them) and keeps the chain short: the self-fulfilling trap that
-``refined_only`` avoids; its optimism is held in check by the realised-goodput check.
+counting refined positions only (``core.jacobi_refined``) avoids; its optimism is held in
+check by the realised-goodput check.
 """
 
 import random
@@ -13,6 +14,7 @@ import random
 import pytest
 
 from vllm_anyorder.proposers import budget as budget_module
+from vllm_anyorder.core.jacobi_refined import RefinedPositions
 from vllm_anyorder.proposers.budget import StepBudget
 
 WARM, COLD, MAX = 0.9, 0.25, 16
@@ -34,7 +36,7 @@ def goodput(monkeypatch, cost, mode, batch, refined_only=True, steps=800, seed=0
     """Committed tokens per simulated second over the run (warm-up and probes included)."""
     clock, rng = Clock(), random.Random(seed)
     monkeypatch.setattr(budget_module.time, "perf_counter", clock)
-    b = StepBudget(mode, MAX, refined_only=refined_only)
+    b = StepBudget(mode, MAX, counting=RefinedPositions() if refined_only else None)
     ids = [f"r{i}" for i in range(batch)]
     refined = dict.fromkeys(ids, 0)
     committed, scheduled, tokens, start = [[1]] * batch, None, 0, clock.now

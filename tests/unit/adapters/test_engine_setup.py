@@ -46,8 +46,8 @@ def test_chain_length_is_capped_at_128():
 
 def test_missing_num_speculative_tokens_takes_the_default_block_size():
     resolved, additional = engine_setup.resolve({"method": "jacobi"}, None, AR)
-    assert additional["anyorder"]["jacobi"]["block_size"] == 64
-    assert resolved["num_speculative_tokens"] == 128  # 64 * 2
+    assert additional["anyorder"]["jacobi"]["block_size"] == 16
+    assert resolved["num_speculative_tokens"] == 32  # 16 * 2
 
 
 def test_other_speculative_fields_are_kept():

@@ -383,3 +383,45 @@ def test_the_budget_cuts_chains_and_keeps_the_iterate_warm():
         assert chain == ref.next_chain(len(chain))
         lengths.append(len(chain))
     assert lengths == [3, 0, 5, 3, 0, 5]
+
+
+def _plain_stretch(p, steps):
+    """Drive request "a" through ``steps`` verifications (1 draft accepted where any); returns
+    the proposer's chains, its state's base before and after each propose, and the reference
+    JacobiState advanced through every step by hand."""
+    run, batch = runner("a"), Batch([1, 2, 3, 4, 5])
+    ref = JacobiState(p.settings, [1, 2, 3, 4, 5, 6])
+    chain = prefill(p, run, batch, [6])[0]
+    out = [(chain, None, None)]
+    for step in range(steps):
+        greedy, committed = committed_rows(chain, min(1, len(chain)), salt=step)
+        p.observe_verification(run, logits_for(greedy), metadata([chain]) if chain else None)
+        batch.commit(0, committed)
+        ref.advance(chain, greedy, committed)
+        before = p._states["a"].base
+        chain = p.propose([committed], batch.num_tokens, batch.tokens)[0]
+        out.append((chain, before, p._states["a"].base))
+    return out, ref, batch
+
+
+def test_plain_steps_leave_the_state_alone_and_drafting_folds_them_in():
+    """``cycle:3,0,0,0,4``: steps without drafts before and after do not touch the state (a
+    plain step costs what vLLM's does: no argmax, no state update); the next drafting step
+    folds their tokens in, and its chain equals a reference advanced through every step."""
+    p = make_proposer(budget="cycle:3,0,0,0,4")
+    steps, ref, batch = _plain_stretch(p, 4)
+    assert [len(c) for c, _, _ in steps[:4]] == [3, 0, 0, 0] and steps[4][0]
+    assert steps[2][1] == steps[2][2] and steps[3][1] == steps[3][2]  # untouched
+    assert steps[4][2] == batch.lens[0]  # caught up: 3 plain tokens folded in
+    assert steps[4][0] == ref.next_chain(4)
+    assert p._states["a"].canvas == ref.canvas and p._states["a"].block_ends == ref.block_ends
+
+
+def test_a_long_plain_stretch_restarts_the_state_from_the_text(monkeypatch):
+    from vllm_anyorder.proposers import jacobi as jacobi_proposer
+
+    monkeypatch.setattr(jacobi_proposer, "CATCH_UP_MAX", 2)
+    p = make_proposer(budget="cycle:3,0,0,0,4")
+    steps, _, batch = _plain_stretch(p, 4)
+    fresh = JacobiState(p.settings, batch.tokens[0, : batch.lens[0]].tolist())
+    assert steps[4][0] == fresh.next_chain(4)  # 3 plain tokens > 2: restarted

@@ -98,3 +98,12 @@ def test_same_seed_same_drafts_on_every_rank(drafter_dir):
         runs.append([p.propose([[1]] * 4, ctx, token_buffer(CONTEXTS)) for _ in range(3)])
     assert runs[0] == runs[1]
     assert runs[0][0] != runs[0][1]  # the step counter moves the generator on
+
+
+def test_the_drafter_drafts_only_as_deep_as_the_budget_allows(drafter_dir):
+    """budget cycle:2 caps every chain at 2 of gamma 6: one forward (3 steps x 2/6) over a
+    canvas 4 columns narrower, instead of 3 forwards and truncation."""
+    p = make_proposer(drafter_dir, gamma=6, budget="cycle:2")
+    chains = p.propose([[1]] * 4, np.array([len(c) for c in CONTEXTS]), token_buffer(CONTEXTS))
+    assert [len(c) for c in chains] == [2] * 4
+    assert p.drafter_forwards == 1 and p.drafter_calls == 1

@@ -140,3 +140,22 @@ def test_schedule_table_matches_the_config_choices():
 def test_empty_batch_runs_no_forward():
     den = FakeDenoiser()
     assert draft(den, [], settings(), MASK) == ([], 0) and not den.calls
+
+
+@pytest.mark.parametrize("gamma,steps,depth,want_steps", [
+    (16, 4, 16, 4), (16, 4, 4, 1), (16, 4, 5, 2), (16, 4, 1, 1), (6, 6, 3, 3), (8, 1, 8, 1)])
+def test_a_shallower_budget_drafts_fewer_masks_at_the_configured_pace(gamma, steps, depth,
+                                                                      want_steps):
+    s = settings(gamma=gamma, steps=steps).for_depth(depth)
+    assert (s.num_draft_tokens, s.steps) == (depth, want_steps)
+    assert s.context_window == 32 and s.schedule == "confidence"
+    denoiser = FakeDenoiser()
+    drafts, forwards = draft(denoiser, [[1, 2, 3], [4, 5]], s, MASK)
+    assert forwards == want_steps == len(denoiser.calls)
+    assert all(len(d) == depth for d in drafts)
+    assert denoiser.calls[0][0].shape[1] == 3 + depth  # the canvas is W + depth wide
+
+
+def test_the_full_depth_is_the_configured_drafting_unchanged():
+    s = settings(gamma=6, steps=3)
+    assert s.for_depth(6) == s and s.for_depth(99) == s
