@@ -17,7 +17,9 @@ identical in shape, so the stack's time is scaled by 32 / layers and the head's 
 seconds = t_head + t_layers x 32 / layers. Left out: the embedding lookup and RoPE
 (elementwise, small next to the matmuls), sampling and the engine's scheduler; the profile
 carries a fixed per-step ``overhead_s`` for the last (an assumption, ``--overhead-ms``).
-Each point is the median of ``--reps`` timed forwards after warm-up (CUDA events on a GPU).
+Each point is the median of ``--reps`` timed forwards after warm-up (CUDA events on a GPU);
+on a GPU each forward replays a captured CUDA graph, as vLLM runs decode steps (``--eager``:
+eager calls, which an 8B-shaped forward spends launching kernels).
 """
 
 from __future__ import annotations
@@ -96,22 +98,37 @@ class Stack:
         return F.linear(x, self.head)
 
 
-def timed(fn, reps: int, device: str) -> float:
-    """Median seconds of ``fn()`` over ``reps`` calls after two warm-up calls."""
+def timed(fn, reps: int, device: str, graph: bool = False) -> float:
+    """Median seconds of ``fn()`` over ``reps`` calls after two warm-up calls; with ``graph``
+    (CUDA only) the calls replay one captured CUDA graph of ``fn``, as vLLM runs a decode
+    step: without it an eager 8B-shaped forward is bound by kernel launches, not the GPU."""
+    if graph and device.startswith("cuda"):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up off the capture stream, as PyTorch advises
+            for _ in range(2):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        captured = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(captured):
+            fn()
+        call = captured.replay
+    else:
+        call = fn
     for _ in range(2):
-        fn()
+        call()
     times = []
     for _ in range(reps):
         if device.startswith("cuda"):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            fn()
+            call()
             end.record()
             torch.cuda.synchronize()
             times.append(start.elapsed_time(end) / 1e3)
         else:
             t0 = time.perf_counter()
-            fn()
+            call()
             times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
@@ -147,8 +164,8 @@ def profile_shape(shape: TargetShape, args, device: str, dtype: torch.dtype) -> 
                 x = torch.randn(b, q, shape.hidden, device=device, dtype=dtype)
                 mask = stack.mask(q, context)
                 t_layers = timed(lambda: stack.layers_forward(x, context, mask), args.reps,
-                                 device)
-                t_head = timed(lambda: stack.head_forward(x), args.reps, device)
+                                 device, args.graphs)
+                t_head = timed(lambda: stack.head_forward(x), args.reps, device, args.graphs)
                 seconds = t_head + t_layers * shape.layers / layers
                 points.append({"batch": b, "rows": b * q, "context": context,
                                "seconds": seconds, "layers_s": t_layers, "head_s": t_head})
@@ -172,7 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--contexts", type=int, nargs="+", default=[256, 1024, 4096])
     ap.add_argument("--max-rows", type=int, default=256)
     ap.add_argument("--max-rows-dllm", type=int, default=2048)
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--eager", dest="graphs", action="store_false",
+                    help="time eager calls (default on CUDA: replay a captured CUDA graph)")
     ap.add_argument("--overhead-ms", type=float, default=2.0,
                     help="fixed per-step overhead added to every forward (assumed)")
     args = ap.parse_args(argv)
@@ -186,7 +205,9 @@ def main(argv: list[str] | None = None) -> int:
         f"CPU ({args.device})"
     targets = {s.name: profile_shape(s, args, args.device, dtype) for s in shapes}
     timed_layers = {t["layers_timed"] for t in targets.values()}
-    label = (f"MEASURED on {device_name}: one plain-PyTorch forward, random {args.dtype} "
+    graphs = args.graphs and args.device.startswith("cuda")
+    label = (f"MEASURED on {device_name}: one plain-PyTorch forward"
+             f"{' replayed as a CUDA graph' if graphs else ' (eager)'}, random {args.dtype} "
              f"weights, {'/'.join(map(str, sorted(timed_layers)))} layers timed and scaled to "
              f"the full depth, output head timed; + {args.overhead_ms:g} ms per-step overhead "
              f"(assumed, not measured)")

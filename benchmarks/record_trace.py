@@ -3,6 +3,8 @@
 
     .venv/bin/python -m benchmarks.record_trace --method jacobi --n 16 --prompts 8 \\
         --tokens 64 --out benchmarks/results/traces/jacobi-n16
+    .venv/bin/python -m benchmarks.record_trace --method ssd --n 4 --prompts 4 \\
+        --tokens 64 --out benchmarks/results/traces/ssd-n4   # on models/llada-dllm
 
 The worker appends one JSON line per engine step to ``<out>/trace-<pid>.jsonl`` (the plugin's
 ``VLLM_ANYORDER_BUDGET_TRACE``, ``vllm_anyorder/proposers/budget.py``); ``<out>/meta.json``
@@ -33,8 +35,12 @@ def method_config(method: str, n: int, drafter: str | None):
         cfg = configs.specdiff(n, 1, **({"drafter": Path(drafter)} if drafter else {}))
     elif method == "assd":
         cfg = configs.assd(n, drafter or "self")
+    elif method in ("ssd", "freedave"):  # N nodes / d look-ahead steps, bench_dllm's blocks
+        options = {"block_length": 32, "steps_per_block": 0, "budget": "fixed"}
+        return ({"method": method, "num_speculative_tokens": n},
+                {"anyorder": {method: options}}, REPO / "models" / "llada-dllm")
     else:
-        raise SystemExit(f"--method: jacobi, specdiff or assd, not {method!r}")
+        raise SystemExit(f"--method: jacobi, specdiff, assd, ssd or freedave, not {method!r}")
     extra = json.loads(json.dumps(cfg.additional_config or {"anyorder": {method: {}}}))
     extra["anyorder"].setdefault(method, {})["budget"] = "fixed"
     return cfg.speculative_config, extra, cfg.model
