@@ -21,20 +21,24 @@ step by step, to switch sizes mid-request).
 Exploration: a measurement is only taken where the controller drafts, so now and then it
 probes a neighbour of its choice (no drafts when it drafts; a quarter more rows; twice the
 rows; at least one draft per request): often
-while it warms up, then every ``probe_every`` steps. A new choice must beat the current one
+while it warms up, then every ``probe_every`` steps, backed off where probes keep leaving the
+choice where it was (``core/budget_probes``). A new choice must beat the current one
 by ``hysteresis`` before the controller switches, so noise does not flap the decision.
 Reality check: where the drafting steps it chose at a batch size really committed fewer
 tokens per second than plain steps did (``Realized``), the controller stops drafting there,
 whatever the models predict (they can be optimistic: see ``core.jacobi_refined``),
-and tries its prediction again once that figure is ``stale_after`` steps old.
+and tries its prediction again once that figure is ``stale_after`` steps old (times the
+probe back-off: a retry that keeps losing is spaced out with the probes).
 """
 
 from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .budget_models import Acceptance, Realized, StepCost
+from .budget_probes import ProbeSchedule
 
 MODES = ("auto", "fixed")
 CYCLE_PREFIX = "cycle:"
@@ -67,6 +71,7 @@ class BudgetSettings:
     # steps an upward probe keeps its row count (> 1 for drafts that improve only where they
     # are verified, Jacobi iterates: the first step at a new depth refines, the next judge)
     probe_hold: int = 1
+    max_backoff: int = 3  # probes back off to probe_every * 2**max_backoff (budget_probes)
 
 
 @dataclass
@@ -84,8 +89,12 @@ class Decision:
 class BudgetController:
     """Per-step draft allocation from measured step cost and acceptance (engine-free)."""
 
-    def __init__(self, settings: BudgetSettings) -> None:
+    def __init__(self, settings: BudgetSettings,
+                 stages: Callable[[int], int] | None = None) -> None:
+        """``stages``: drafter forwards a step with this deepest chain runs (methods whose
+        drafting work grows with depth, ``specdiff``); None: one, whatever the depth."""
         self.s = settings
+        self.stages = stages
         self.kind, self.cycle = parse_mode(settings.mode)
         self.cost = StepCost()
         self.accept = Acceptance(settings.max_drafts)
@@ -96,16 +105,19 @@ class BudgetController:
         self.chosen = 0  # R of the last non-probe decision (hysteresis anchor)
         self.last = Decision()
         self.held: tuple[int, int, int] | None = None  # an upward probe: rows, batch, steps
+        self.probes = ProbeSchedule(settings.probe_every, settings.warmup_steps,
+                                    settings.max_backoff)
         self.totals = {"steps": 0, "steps_without_drafts": 0, "drafted": 0, "accepted": 0,
                        "probes": 0}
 
     # ------------------------------------------------------------------ measurements
     def record_step(self, rows: int, drafting: bool, seconds: float, batch: int = 0,
-                    tokens: int = 0) -> None:
+                    tokens: int = 0, depth: int = 0) -> None:
         """One engine step's wall time (only steps the batch ran unchanged: no prefill);
-        ``tokens`` it committed over ``batch`` requests, where the caller counts them."""
+        ``tokens`` it committed over ``batch`` requests, where the caller counts them;
+        ``depth``: its deepest chain (for ``stages``)."""
         if seconds > 0:
-            self.cost.observe(rows, drafting, seconds, self.decisions)
+            self.cost.observe(rows, drafting, seconds, self.decisions, self._stage(depth))
             self.measured += 1
             # realised goodput: plain steps, and drafting steps the controller chose after
             # one it also chose (the first after plain or a probe drafts a cold chain)
@@ -158,19 +170,20 @@ class BudgetController:
         order = self._ranked_rows(req_ids, limits, 2 * reach + 4 * batch)  # best first
         gains = [g for g, _ in order]
         prefix = _prefix_sums(gains)
+        depth = _deepest(order, batch)
         reach = min(len(order), reach)
         best, best_val = 0, plain
         for r in _candidates(reach):
-            val = self._goodput(batch, r, prefix[r])
+            val = self._goodput(batch, r, prefix[r], depth[r])
             if val is not None and val > best_val * (1 + 1e-9) and \
                     val >= plain * (1 + self.s.margin):
                 best, best_val = r, val
         anchor = min(self.chosen, len(order))
-        anchor_val = self._goodput(batch, anchor, prefix[anchor]) or 0.0
+        anchor_val = self._goodput(batch, anchor, prefix[anchor], depth[anchor]) or 0.0
         # hysteresis holds the current choice only while it is predicted no slower than
         # plain decoding: "never slower than no speculation" outranks "do not flap"
         if best != anchor and best_val < anchor_val * (1 + self.s.hysteresis) and \
-                anchor_val >= plain and not self._free_switch(batch, anchor, best):
+                anchor_val >= plain and not self._free_switch(batch, anchor, best, depth):
             best, best_val = anchor, anchor_val
         if best and self._drafting_lost(batch):  # reality overrules the prediction
             best, best_val = 0, plain
@@ -178,9 +191,11 @@ class BudgetController:
         held = self._held_rows(batch, len(order))
         if held is not None:  # an upward probe holding its row count
             return self._probe_caps(order, held, limits, best_val, plain)
-        rows, probe = best, self._probe_due()
+        self.probes.judge(batch, best)
+        rows, probe = best, self.probes.due(self.decisions, self.measured)
         if probe:  # a neighbour of the choice: no drafts, a few more rows, or twice as many
             self.totals["probes"] += 1
+            self.probes.started(self.decisions, batch, best, self.measured)
             kind = self.totals["probes"] % 3
             if best > 0 and kind == 0:
                 rows = 0 if self._stale(batch, False) else best
@@ -200,7 +215,7 @@ class BudgetController:
         not count: the prediction is then tried again, a few steps every ``stale_after``; the
         plain one counts at any age, as plain steps are rare while drafting pays)."""
         now = self.decisions
-        drafting = self.realized.rate(batch, True, now, self.s.stale_after)
+        drafting = self.realized.rate(batch, True, now, self.s.stale_after * self.probes.spacing())
         plain = self.realized.rate(batch, False, now, now)
         return drafting is not None and plain is not None and drafting < plain
 
@@ -221,11 +236,12 @@ class BudgetController:
         self.last = Decision(sum(caps), len(limits), True, best_val, plain)
         return caps
 
-    def _free_switch(self, batch: int, anchor: int, best: int) -> bool:
+    def _free_switch(self, batch: int, anchor: int, best: int, depth: list[int]) -> bool:
         """More rows at no predicted extra cost (a flat cost curve): no reason to wait."""
         if best < anchor or anchor == 0:
             return False
-        return self.cost.predict(batch + best, True) <= self.cost.predict(batch + anchor, True)
+        return self.cost.predict(batch + best, True, self._stage(depth[best])) <= \
+            self.cost.predict(batch + anchor, True, self._stage(depth[anchor]))
 
     def _probe_up(self, best: int, total: int, batch: int, far: bool) -> int | None:
         """Draft rows of an upward probe: the first count above ``best`` whose cost was not
@@ -245,12 +261,6 @@ class BudgetController:
         return seen is None or self.measured < self.s.warmup_steps or \
             self.decisions - seen >= self.s.stale_after
 
-    def _probe_due(self) -> bool:
-        m = self.measured
-        if m < self.s.warmup_steps:
-            return self.decisions % 2 == 0
-        return self.decisions % max(1, self.s.probe_every) == 0
-
     def _ranked_rows(self, req_ids: list[str], limits: list[int],
                      most: int) -> list[tuple[float, int]]:
         """The ``most`` best candidate draft rows of the batch as (gain, batch row), best gain
@@ -262,8 +272,11 @@ class BudgetController:
         order.sort(key=_gain, reverse=True)
         return order[:most]
 
-    def _goodput(self, batch: int, rows: int, gain: float) -> float | None:
-        seconds = self.cost.predict(batch + rows, rows > 0)
+    def _stage(self, depth: int) -> int:
+        return self.stages(depth) if self.stages is not None and depth > 0 else 1
+
+    def _goodput(self, batch: int, rows: int, gain: float, depth: int = 0) -> float | None:
+        seconds = self.cost.predict(batch + rows, rows > 0, self._stage(depth))
         if seconds is None or seconds <= 0:
             return None
         return (batch + gain) / seconds
@@ -290,7 +303,7 @@ class BudgetController:
     def state(self) -> dict:
         """Everything a decision depends on (TP ranks must agree; diagnostics fingerprint)."""
         return {"decisions": self.decisions, "measured": self.measured, "chosen": self.chosen,
-                "held": self.held,
+                "held": self.held, "probes": self.probes.state(),
                 "realized": sorted([list(k), [round(x, 9) for x in v]]
                                    for k, v in self.realized.table.items()),
                 "cost": {str(k): sorted((b, round(m.rows, 6), round(m.seconds, 9))
@@ -303,6 +316,15 @@ def _prefix_sums(values: list[float]) -> list[float]:
     out = [0.0]
     for v in values:
         out.append(out[-1] + v)
+    return out
+
+
+def _deepest(order: list[tuple[float, int]], batch: int) -> list[int]:
+    """The deepest chain when the first r rows of ``order`` are drafted, for r = 0..len."""
+    per, out = [0] * batch, [0]
+    for _, row in order:
+        per[row] += 1
+        out.append(max(out[-1], per[row]))
     return out
 
 

@@ -10,7 +10,10 @@ hand-set constant of the machine.
   arm). Per arm, a table of buckets of ``rows`` (exact to 16, then four per doubling) holds
   (rows, a low quantile of seconds); predictions interpolate between measured buckets and
   extrapolate with the last measured slope, so a curve that is flat and then steep (bf16 on AVX512 CPUs: 9 rows
-  cost ~1 row) is followed, not averaged away.
+  cost ~1 row) is followed, not averaged away. A method whose drafter runs more forwards for
+  deeper chains (``specdiff``: ceil(T d / gamma)) tells each drafting step's ``stage`` (the
+  drafter forwards it ran); each stage is an arm of its own, and a stage not measured yet is
+  predicted from the nearest measured one plus the measured cost of a drafter forward.
 * :class:`Acceptance` -- per draft position j, P(draft j accepted | drafts < j accepted), engine
   wide (exponentially weighted counts) and per request (its own counts, shrunk towards the
   engine-wide rate with a small prior weight). ``gains(req, n)`` is the expected number of
@@ -50,11 +53,14 @@ class StepCost:
 
     def __init__(self, down: float = 0.5, up: float = 0.05) -> None:
         self.down, self.up = down, up
-        self.tables: dict[bool, dict[int, _Mean]] = {False: {}, True: {}}
-        self._curves: dict[bool, list[tuple[float, float]]] = {}  # predict's, until a sample
+        # arm -> buckets; arm 0 (== False) plain, arm s >= 1 drafting with s drafter forwards
+        # (arm 1 == True: every method whose drafting cost does not depend on depth)
+        self.tables: dict[int, dict[int, _Mean]] = {False: {}, True: {}}
+        self._curves: dict[int, list[tuple[float, float]]] = {}  # predict's, until a sample
 
-    def observe(self, rows: int, drafting: bool, seconds: float, step: int) -> None:
-        table = self.tables[bool(drafting)]
+    def observe(self, rows: int, drafting: bool, seconds: float, step: int,
+                stage: int = 1) -> None:
+        table = self.tables.setdefault(_arm(drafting, stage), {})
         mean = table.get(_bucket(rows))
         self._curves.clear()
         if mean is None:
@@ -68,35 +74,65 @@ class StepCost:
         mean.samples += 1
         mean.step = step
 
-    def points(self, drafting: bool) -> list[tuple[float, float]]:
+    def points(self, drafting: bool, stage: int = 1) -> list[tuple[float, float]]:
         """(rows, seconds) of the measured buckets, by rows; seconds made non-decreasing."""
-        return _monotone(sorted((m.rows, m.seconds) for m in self.tables[bool(drafting)].values()))
+        table = self.tables.get(_arm(drafting, stage), {})
+        return _monotone(sorted((m.rows, m.seconds) for m in table.values()))
 
     def max_rows(self, drafting: bool) -> int:
-        """The most rows of a measured step of this arm (0 before any)."""
-        return int(max((m.rows for m in self.tables[bool(drafting)].values()), default=0))
+        """The most rows of a measured step of this arm, any stage (0 before any)."""
+        arms = [t for a, t in self.tables.items() if (a > 0) == bool(drafting)]
+        return int(max((m.rows for t in arms for m in t.values()), default=0))
 
     def last_seen(self, rows: int, drafting: bool) -> int | None:
-        mean = self.tables[bool(drafting)].get(_bucket(rows))
-        return None if mean is None else mean.step
+        """The last step this row count was measured in this arm, any stage."""
+        seen = [t[_bucket(rows)].step for a, t in self.tables.items()
+                if (a > 0) == bool(drafting) and _bucket(rows) in t]
+        return max(seen, default=None)
 
-    def predict(self, rows: int, drafting: bool) -> float | None:
+    def predict(self, rows: int, drafting: bool, stage: int = 1) -> float | None:
         """Seconds of a step with ``rows`` rows; None before any step of either arm. The
         drafting arm's curve starts from the plain steps below its first measured bucket (so
         two steps, one of each, already give a slope); a plain arm with no sample borrows the
-        drafting arm's curve."""
-        pts = self._curves.get(drafting)
+        drafting arm's curve; an unmeasured stage, the nearest measured stage's curve shifted
+        by the stages between times :meth:`stage_seconds`."""
+        arm = _arm(drafting, stage)
+        pts = self._curves.get(arm)
         if pts is None:
-            pts = self._curves[drafting] = self._curve(drafting)
+            pts = self._curves[arm] = self._curve(arm)
         return _interpolate(pts, float(rows)) if pts else None
 
-    def _curve(self, drafting: bool) -> list[tuple[float, float]]:
-        pts = self.points(drafting)
+    def _curve(self, arm: int) -> list[tuple[float, float]]:
         plain = self.points(False)
-        if drafting and plain:  # plain steps below the drafting range anchor its low end
+        if arm == 0:
+            return plain or self.points(True)
+        pts = self.points(True, arm)
+        if arm > 1 and not pts:  # a stage never run: borrow the nearest measured one
+            near = sorted((abs(a - arm), a) for a, t in self.tables.items() if a > 0 and t)
+            if near:
+                other = near[0][1]
+                shift = (arm - other) * self.stage_seconds()
+                pts = _monotone([(x, max(0.0, y + shift)) for x, y in self.points(True, other)])
+        if arm == 1 and plain:  # plain steps below the drafting range anchor its low end
             low = pts[0][0] if pts else float("inf")
             pts = _monotone(sorted(pts + [p for p in plain if p[0] < low]))
-        return pts or self.points(True)
+        return pts
+
+    def stage_seconds(self) -> float:
+        """What one more drafter forward adds to a step: measured between stage 1 and the
+        deepest stage run at the same rows; before any deeper stage ran, what drafting at
+        all adds to a plain step (an overestimate: it also holds the rejection sampler)."""
+        one = self.points(True, 1)
+        if not one:
+            return 0.0
+        deeper = [a for a, t in self.tables.items() if a > 1 and t]
+        if deeper:
+            arm = max(deeper)
+            x, y = self.points(True, arm)[0]
+            return max(0.0, (y - _interpolate(one, x)) / (arm - 1))
+        plain = self.points(False)
+        x, y = one[0]
+        return max(0.0, y - _interpolate(plain, x)) if plain else 0.0
 
     def slope(self, drafting: bool = True) -> float:
         """Seconds per extra row over the measured range (0 with fewer than two buckets)."""
@@ -104,6 +140,10 @@ class StepCost:
         if len(pts) < 2 or pts[-1][0] <= pts[0][0]:
             return 0.0
         return (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])
+
+
+def _arm(drafting: bool, stage: int) -> int:
+    return max(1, int(stage)) if drafting else 0
 
 
 def _monotone(pts: list[tuple[float, float]]) -> list[tuple[float, float]]:

@@ -47,7 +47,14 @@ class AnyOrderProposer:
         self.budget = StepBudget(options.get("budget", "auto"), self.max_chain,
                                  _compat.tp_group(), metrics.budget_snapshot_path(
                                      str(getattr(vllm_config, "instance_id", "") or "default")),
-                                 counting=self.budget_counting and self.budget_counting())
+                                 counting=self.budget_counting and self.budget_counting(),
+                                 stages=self.budget_stages())
+
+    def budget_stages(self) -> Callable[[int], int] | None:
+        """Drafter forwards a step whose deepest chain is ``depth`` runs, for a method whose
+        drafting work grows with depth (the budget then prices each depth); None: drafting
+        costs the same at any depth (the default)."""
+        return None
 
     def load_model(self, target_model: Any) -> None:
         """Keep a handle on the target module (self-drafting methods load nothing else)."""

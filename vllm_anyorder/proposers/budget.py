@@ -36,7 +36,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from vllm_anyorder.core.budget import BudgetController, BudgetSettings
 
@@ -58,10 +58,11 @@ class _Pending:
 
 class StepBudget:
     def __init__(self, mode: str, max_drafts: int, tp_group: Any = None,
-                 snapshot_path: str | None = None, counting: Any = None) -> None:
+                 snapshot_path: str | None = None, counting: Any = None,
+                 stages: Callable[[int], int] | None = None) -> None:
         self.controller = BudgetController(BudgetSettings(
             mode=mode, max_drafts=max_drafts,
-            probe_hold=getattr(counting, "probe_hold", 1)))
+            probe_hold=getattr(counting, "probe_hold", 1)), stages)
         self.counting = counting  # the proposer's rule for which outcomes count (or None)
         self.tp_group = tp_group  # vLLM's TP GroupCoordinator when world size > 1
         self._pending: _Pending | None = None
@@ -101,7 +102,8 @@ class StepBudget:
                 outcomes.append((req_id, k, len(committed) - 1 if k else 0))
         rows = len(req_ids) + sum(scheduled.get(r, 0) for r in req_ids)
         drafting = any(pending.drafted.values())
-        self._record(req_ids, rows, drafting, clean, seconds, outcomes)
+        depth = max(pending.drafted.values(), default=0)  # what the drafter ran for
+        self._record(req_ids, rows, drafting, clean, seconds, outcomes, depth=depth)
 
     def measuring(self) -> bool:
         """Whether work is timed at all: ``auto``, or a trace is being written."""
@@ -120,10 +122,11 @@ class StepBudget:
             self._maybe_log()
 
     def _record(self, live: list[str], rows: int, drafting: bool, clean: bool, seconds: float,
-                outcomes: list[tuple[str, int, int]], unit: str = "") -> None:
+                outcomes: list[tuple[str, int, int]], unit: str = "", depth: int = 0) -> None:
         if self._trace is not None:
             line = {"rows": rows, "drafting": drafting, "clean": clean, "seconds": seconds,
-                    "requests": outcomes, **({"unit": unit} if unit else {})}
+                    "requests": outcomes, **({"unit": unit} if unit else {}),
+                    **({"depth": depth} if depth else {})}
             self._trace.write(json.dumps(line) + "\n")
             self._trace.flush()
         if self.controller.kind != "auto":
@@ -136,7 +139,7 @@ class StepBudget:
             # committed tokens: one per request and its accepted drafts (a step's, not a
             # denoising round's: rounds commit differently)
             tokens = sum(a + 1 for _, _, a in outcomes) if not unit else 0
-            self.controller.record_step(rows, drafting, seconds, len(outcomes), tokens)
+            self.controller.record_step(rows, drafting, seconds, len(outcomes), tokens, depth)
         live_set = set(live)
         self.controller.forget(live_set)
         if self.counting is not None:

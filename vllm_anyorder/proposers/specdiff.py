@@ -35,6 +35,10 @@ class SpecDiffProposer(AnyOrderProposer):
         self.drafter_seconds = 0.0
         self._steps = 0
 
+    def budget_stages(self):
+        """ceil(T * depth / gamma) drafter forwards for a chain of ``depth`` (``for_depth``)."""
+        return lambda depth: self.settings.for_depth(depth).steps if self.settings else 1
+
     def load_model(self, target_model: Any) -> None:
         from vllm_anyorder.model_executor.masked_diffusion import load_drafter
 

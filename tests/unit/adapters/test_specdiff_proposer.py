@@ -107,3 +107,10 @@ def test_the_drafter_drafts_only_as_deep_as_the_budget_allows(drafter_dir):
     chains = p.propose([[1]] * 4, np.array([len(c) for c in CONTEXTS]), token_buffer(CONTEXTS))
     assert [len(c) for c in chains] == [2] * 4
     assert p.drafter_forwards == 1 and p.drafter_calls == 1
+
+
+def test_the_budget_prices_each_depth_by_its_drafter_forwards(drafter_dir):
+    """gamma 6, T 3: depths 1-2 run one drafter forward, 3-4 two, 5-6 three; the budget's
+    cost model keeps one arm per forward count (core/budget_models.StepCost)."""
+    p = make_proposer(drafter_dir, gamma=6)
+    assert [p.budget.controller.stages(d) for d in range(1, 7)] == [1, 1, 2, 2, 3, 3]

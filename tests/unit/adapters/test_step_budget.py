@@ -107,3 +107,17 @@ def test_dllm_rounds_under_fixed_budget_measure_nothing():
     assert not b.measuring()
     b.round_done(["a"], 4, True, True, 0.02, [("a", 3, 3)])
     assert b.controller.measured == 0 and b.controller.totals["drafted"] == 0
+
+
+def test_a_step_is_recorded_with_its_deepest_chain(clock):
+    """The depth the drafter ran for (``stages`` prices it: specdiff's forwards per depth)."""
+    b = StepBudget("auto", 8)
+    recorded = []
+    b.controller.record_step = lambda rows, drafting, s, batch, tokens, depth: \
+        recorded.append((rows, drafting, depth))
+    plan = iter([[3, 1], [0, 0], [0, 0]])
+    b.controller.allot = lambda req_ids, limits: next(plan)
+    step(b, clock, ["a", "b"], [[1], [1]], None, [8, 8], 0.01)
+    step(b, clock, ["a", "b"], [[1, 2], [1]], [3, 1], [8, 8], 0.01)
+    step(b, clock, ["a", "b"], [[1], [1]], [0, 0], [8, 8], 0.01)
+    assert recorded == [(2 + 4, True, 3), (2, False, 0)]

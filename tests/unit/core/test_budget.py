@@ -219,3 +219,48 @@ def test_auto_is_within_5_percent_of_the_best_fixed_setting(curve):
     cost, accept = CURVES[curve]
     best = max(realised_goodput(cost, accept, f"cycle:{k}") for k in (0, 1, 2, 4, 8, 16))
     assert realised_goodput(cost, accept, "auto") >= 0.95 * best
+
+
+def staged_run(stages, accept, steps=800):
+    """A drafter that runs one forward per 4 drafts of the deepest chain (specdiff's
+    ceil(T d / gamma) at gamma 16, T 4) on a flat target: (settled caps, tokens / second)."""
+    rng = random.Random(0)
+    ids = [f"r{i}" for i in range(len(accept))]
+    ctl = BudgetController(BudgetSettings(max_drafts=16), stages)
+    chosen, tokens, seconds = [], 0, 0.0
+    for _ in range(steps):
+        caps = ctl.allot(ids, [16] * len(ids))
+        spent = 0.010 + 0.006 * -(-max(caps) // 4)
+        ctl.record_step(len(ids) + sum(caps), any(caps), spent, depth=max(caps))
+        for req_id, k, p in zip(ids, caps, accept):
+            n = 0
+            while n < k and rng.random() < p:
+                n += 1
+            if k:
+                ctl.record_verified(req_id, k, n)
+            tokens += n + 1
+        seconds += spent
+        if not ctl.last.probe:
+            chosen.append(caps)
+    return chosen[len(chosen) // 2:], tokens / seconds
+
+
+def test_drafter_forwards_per_depth_are_priced():
+    # batch 1: depth 4 is the best (one drafter forward); 5-8 pays a second one for little
+    chosen, _ = staged_run(lambda d: -(-d // 4), [0.8])
+    assert chosen and all(c == [4] for c in chosen)
+    # batch 2: the same row count comes at different depths, so rows alone cannot price
+    # it; the staged model takes more tokens per second than one blind to the drafter
+    _, staged = staged_run(lambda d: -(-d // 4), [0.9, 0.5])
+    _, blind = staged_run(None, [0.9, 0.5])
+    assert staged > 1.04 * blind
+
+
+def test_an_unmeasured_stage_borrows_a_measured_one():
+    cost = StepCost()
+    cost.observe(1, False, 0.010, 0)
+    cost.observe(5, True, 0.014, 1, stage=1)  # drafting adds 4 ms: the first estimate
+    assert cost.predict(5, True, stage=3) == pytest.approx(0.014 + 2 * 0.004)
+    cost.observe(5, True, 0.020, 2, stage=2)  # measured: one more forward adds 6 ms
+    assert cost.predict(5, True, stage=3) == pytest.approx(0.026)
+    assert cost.predict(5, True, stage=1) == pytest.approx(0.014)

@@ -1,0 +1,64 @@
+"""The probe schedule's back-off (core/budget_probes.py), alone and inside the controller."""
+
+from vllm_anyorder.core.budget import BudgetController, BudgetSettings
+from vllm_anyorder.core.budget_probes import ProbeSchedule
+
+
+def test_gap_doubles_while_probes_leave_plain_decoding_chosen():
+    s = ProbeSchedule(probe_every=32, warmup_steps=0, max_backoff=3)
+    last, gaps = 0, []
+    for decision in range(1, 2000):
+        if s.due(decision, measured=decision):
+            gaps.append(decision - last)
+            last = decision
+            s.started(decision, batch=4, choice=0, measured=decision)
+        else:
+            s.judge(batch=4, choice=0)
+    assert gaps[:5] == [32, 64, 128, 256, 256]
+
+
+def test_a_probe_that_moves_the_choice_brings_the_next_one_soon():
+    s = ProbeSchedule(probe_every=32, warmup_steps=0, max_backoff=3)
+    s.backoff = 3
+    s.started(100, batch=1, choice=0, measured=100)
+    s.judge(batch=1, choice=6)  # drafting switched on
+    assert s.backoff == -2 and not s.due(107, 107) and s.due(108, 108)
+    s.started(108, batch=1, choice=6, measured=108)
+    s.judge(batch=1, choice=7)  # within a quarter: stayed, drafting -> the base gap
+    assert s.backoff == 0
+
+
+def test_warm_up_and_batch_changes_judge_nothing():
+    s = ProbeSchedule(probe_every=32, warmup_steps=24, max_backoff=3)
+    s.started(10, batch=1, choice=0, measured=10)  # a warm-up probe
+    s.judge(batch=1, choice=0)
+    s.started(40, batch=1, choice=0, measured=40)
+    s.judge(batch=2, choice=0)  # another batch size
+    assert s.backoff == 0
+
+
+def run(accept_from, steps, max_drafts=16):
+    """One request whose drafts are rejected until step ``accept_from``, then all accepted;
+    cost: a row is 10% of a plain step, drafting adds 10%. Returns (probe steps, steps the
+    controller itself chose to draft)."""
+    ctl = BudgetController(BudgetSettings(max_drafts=max_drafts))
+    probes, chosen = [], []
+    for step in range(steps):
+        caps = ctl.allot(["a"], [max_drafts])
+        ctl.record_step(1 + caps[0], caps[0] > 0, 0.010 * (1 + 0.1 * caps[0] + 0.1 * (caps[0] > 0)))
+        if caps[0]:
+            ctl.record_verified("a", caps[0], caps[0] if step >= accept_from else 0)
+            (probes if ctl.last.probe else chosen).append(step)
+    return probes, chosen
+
+
+def test_never_accepted_drafts_are_probed_ever_more_rarely():
+    probes, chosen = run(accept_from=10**9, steps=3000)
+    late = [p for p in probes if p >= 1000]
+    assert 0 < len(late) <= 2000 // 256 + 1  # backed off to one per 256 steps, not per 32
+    assert not [c for c in chosen if c >= 200]
+
+
+def test_a_change_after_back_off_is_found_within_one_gap():
+    probes, chosen = run(accept_from=1500, steps=2000)
+    assert chosen and min(c for c in chosen if c >= 1500) <= 1500 + 256 + 16
