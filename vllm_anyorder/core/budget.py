@@ -95,6 +95,7 @@ class BudgetController:
         drafting work grows with depth, ``specdiff``); None: one, whatever the depth."""
         self.s = settings
         self.stages = stages
+        self._stage_of: dict[int, int] = {}  # stages(depth), cached (the same every step)
         self.kind, self.cycle = parse_mode(settings.mode)
         self.cost = StepCost()
         self.accept = Acceptance(settings.max_drafts)
@@ -273,7 +274,12 @@ class BudgetController:
         return order[:most]
 
     def _stage(self, depth: int) -> int:
-        return self.stages(depth) if self.stages is not None and depth > 0 else 1
+        if self.stages is None or depth <= 0:
+            return 1
+        stage = self._stage_of.get(depth)
+        if stage is None:
+            stage = self._stage_of[depth] = self.stages(depth)
+        return stage
 
     def _goodput(self, batch: int, rows: int, gain: float, depth: int = 0) -> float | None:
         seconds = self.cost.predict(batch + rows, rows > 0, self._stage(depth))
