@@ -30,7 +30,8 @@ from benchmarks.common import DEFAULT_MODEL, REPO, load_prompts  # noqa: E402
 from benchmarks.compare import Config, compare  # noqa: E402
 
 DISTILLED = REPO / "models" / "ar-target-jacobi"
-from benchmarks.bench_dllm import LLADA, configs as dllm_configs  # noqa: E402
+from benchmarks.bench_dllm import configs as dllm_configs  # noqa: E402
+from benchmarks.configs import LLADA  # noqa: E402
 
 
 def scoreboard(ks: list[int], quick: bool) -> tuple[list[Config], list[str]]:
@@ -55,7 +56,7 @@ def scoreboard(ks: list[int], quick: bool) -> tuple[list[Config], list[str]]:
     else:
         skipped.append("assd: models/asarm not trained yet")
     if LLADA.exists():  # dLLM rows, against the same dLLM's stepwise baseline
-        dllm = dllm_configs(32, 0, [4] if quick else [3, 5], [4] if quick else [2, 8])
+        dllm = dllm_configs(C.DLLM_BLOCK, 0, [4] if quick else [3, 5], [4] if quick else [2, 8])
         for cfg in dllm:
             cfg.model = LLADA
             cfg.name = f"{cfg.name} (llada)"

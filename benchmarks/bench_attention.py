@@ -17,14 +17,14 @@ per method.
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_dllm import LLADA, dllm_probe  # noqa: E402
 from benchmarks.common import load_prompts  # noqa: E402
 from benchmarks.compare import Config, assd_probe, compare  # noqa: E402
-from benchmarks.configs import ASARM  # noqa: E402
+from benchmarks.configs import ASARM, LLADA, dllm  # noqa: E402
 
 IMPLS = ("cpu_op", "torch")
 
@@ -36,11 +36,9 @@ def configs(block: int, k: int) -> list[Config]:
         base = f"stepwise {tag}"
         for name, method, n in (("stepwise", "stepwise", 0), ("ssd N=4", "ssd", 4),
                                 ("freedave d=4", "freedave", 4)):
-            spec = None if method == "stepwise" else {"method": method,
-                                                      "num_speculative_tokens": n}
-            rows.append(Config(f"{name} {tag}", spec, {"anyorder": {method: {
-                "block_length": block, "steps_per_block": block}}}, model=LLADA,
-                probe=dllm_probe, family=f"dllm {impl}", k=n, reference=base, env=env))
+            cfg = dllm(name, method, n, "fixed", block, block)  # N / d every round
+            rows.append(replace(cfg, name=f"{name} {tag}", model=LLADA, family=f"dllm {impl}",
+                                reference=base, env=env))
         base = f"asarm no-spec {tag}"
         rows.append(Config(base, model=ASARM, family=f"asarm {impl}", reference=base, env=env))
         rows.append(Config(f"assd ngram k={k} {tag}", {"method": "assd",

@@ -34,6 +34,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -48,14 +49,11 @@ PARTS = ("target_fwd", "draft_fwd", "plugin_py", "rest")
 
 
 def rows(block: int) -> list[Config]:
-    from benchmarks.bench_dllm import LLADA, configs as dllm_configs
-
     out = [C.no_spec(), C.ngram(8), C.draft_model(4), C.jacobi(8, 2), C.specdiff(8, 2),
            Config("no-spec (asarm)", model=C.ASARM), C.assd(5, "self"), C.assd(5, "ngram")]
-    dllm = {c.name: c for c in dllm_configs(block, 0, [4], [4])}
-    for name in ("stepwise (baseline)", "ssd N=4", "freedave d=4"):
-        dllm[name].model = LLADA
-        out.append(dllm[name])
+    for name, method, k in (("stepwise (baseline)", "stepwise", 0), ("ssd N=4", "ssd", 4),
+                            ("freedave d=4", "freedave", 4)):
+        out.append(replace(C.dllm(name, method, k, "fixed", block), model=C.LLADA))
     for c in out:
         c.model = c.model or DEFAULT_MODEL
     return out

@@ -17,34 +17,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import REPO, load_prompts  # noqa: E402
+from benchmarks.common import load_prompts  # noqa: E402
 from benchmarks.compare import Config, compare  # noqa: E402
-
-LLADA = REPO / "models" / "llada-dllm"
-
-
-def dllm_probe(llm) -> dict:
-    """Model forwards so far: vLLM's own (one per engine step) and the proposer's."""
-    def read(worker):
-        m = worker.model_runner.model
-        return {"engine_forwards": m.target_forwards, "row_forwards": m.row_forwards}
-
-    c = llm.collective_rpc(read)[0]
-    return {**c, "model_forwards": c["engine_forwards"] + c["row_forwards"]}
-
+from benchmarks.configs import DLLM_BLOCK, LLADA, dllm  # noqa: E402
 
 def configs(block: int, steps: int, ns: list[int], ds: list[int],
             budgets: tuple[str, ...] = ("fixed",), mix: bool = True) -> list[Config]:
     """``budgets``: each ssd / freedave row once per speculation budget (``fixed``: N / d
     every round; ``auto``: the controller's choice per round, N / d the maximum)."""
-    opts = {"block_length": block, "steps_per_block": steps}
-
     def row(name, method, k=0, budget="fixed", **extra):
-        spec = None if method == "stepwise" else {"method": method, "num_speculative_tokens": k}
-        label = "" if method == "stepwise" else f" {budget}"
-        return Config(name + label, spec,
-                      {"anyorder": {method: {**opts, **extra, "budget": budget}}},
-                      probe=dllm_probe, family=name.split(" ")[0] + label, k=k)
+        return dllm(name, method, k, budget, block, steps, **extra)
 
     rows = [row("stepwise (baseline)", "stepwise")]
     for b in budgets:
@@ -58,7 +40,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", type=Path, default=LLADA)
-    ap.add_argument("--block", type=int, default=32)
+    ap.add_argument("--block", type=int, default=DLLM_BLOCK)
     ap.add_argument("--steps", type=int, default=0, help="steps per block (0 = block length)")
     ap.add_argument("--n", type=int, nargs="+", default=[3, 4, 5])
     ap.add_argument("--d", type=int, nargs="+", default=[2, 4, 8])

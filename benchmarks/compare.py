@@ -58,6 +58,16 @@ def drafter_probe(llm) -> dict:
     return llm.collective_rpc(read)[0]
 
 
+def dllm_probe(llm) -> dict:
+    """Model forwards so far: vLLM's own (one per engine step) and the proposer's."""
+    def read(worker):
+        m = worker.model_runner.model
+        return {"engine_forwards": m.target_forwards, "row_forwards": m.row_forwards}
+
+    c = llm.collective_rpc(read)[0]
+    return {**c, "model_forwards": c["engine_forwards"] + c["row_forwards"]}
+
+
 def assd_probe(llm) -> dict:
     """Query-stream drafting forwards so far (``assd`` self-drafting; 0 with ngram drafts)."""
     def read(worker):

@@ -5,12 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.common import REPO
-from benchmarks.compare import Config, assd_probe, drafter_probe
+from benchmarks.compare import Config, assd_probe, dllm_probe, drafter_probe
 
 AR_DRAFTER = REPO / "models" / "ar-drafter"
 MDLM_DRAFTER = REPO / "models" / "mdlm-drafter"
 MDLM_DISTILLED = REPO / "models" / "mdlm-drafter-distilled"  # distilled from ar-target-large
 ASARM = REPO / "models" / "asarm"
+LLADA = REPO / "models" / "llada-dllm"
+DLLM_BLOCK = 32  # the dLLM benchmarks' block length (steps per block: 0 = the block length)
 
 
 def no_spec() -> Config:
@@ -55,3 +57,14 @@ def assd(k: int, drafter: str = "self", model: Path = ASARM,
     return Config(f"assd {drafter} k={k}", {"method": "assd", "num_speculative_tokens": k},
                   {"anyorder": {"assd": {"drafter": drafter}}}, model=model, probe=assd_probe,
                   family=f"assd {drafter}", k=k, reference=reference)
+
+
+def dllm(name: str, method: str, k: int = 0, budget: str = "fixed", block: int = DLLM_BLOCK,
+         steps: int = 0, **extra) -> Config:
+    """A diffusion-LLM policy (on the benchmark's target, ``LLADA`` by default): ``stepwise`` (the baseline, no
+    speculative config), ``ssd`` with N = ``k`` nodes or ``freedave`` with d = ``k``."""
+    spec = None if method == "stepwise" else {"method": method, "num_speculative_tokens": k}
+    label = "" if method == "stepwise" else f" {budget}"
+    options = {"block_length": block, "steps_per_block": steps, **extra, "budget": budget}
+    return Config(name + label, spec, {"anyorder": {method: options}},
+                  probe=dllm_probe, family=name.split(" ")[0] + label, k=k)

@@ -36,9 +36,8 @@ def method_config(method: str, n: int, drafter: str | None):
     elif method == "assd":
         cfg = configs.assd(n, drafter or "self")
     elif method in ("ssd", "freedave"):  # N nodes / d look-ahead steps, bench_dllm's blocks
-        options = {"block_length": 32, "steps_per_block": 0, "budget": "fixed"}
-        return ({"method": method, "num_speculative_tokens": n},
-                {"anyorder": {method: options}}, REPO / "models" / "llada-dllm")
+        cfg = configs.dllm(method, method, n)
+        return cfg.speculative_config, cfg.additional_config, configs.LLADA
     else:
         raise SystemExit(f"--method: jacobi, specdiff, assd, ssd or freedave, not {method!r}")
     extra = json.loads(json.dumps(cfg.additional_config or {"anyorder": {method: {}}}))

@@ -4,7 +4,8 @@ The runner side (the ``verification_hook`` and ``draft_probs`` patches, the only
 holds vLLM's ``GPUModelRunner``) builds one :class:`RunnerView` per engine step and hands it
 to a proposer that is a :class:`VerificationObserver`; it asks a :class:`DraftProbsSource`
 for draft probabilities after ``propose``. Proposers read the batch through the view and
-never touch the runner. vLLM field meanings per method: ``docs/CONTRACTS.md``.
+never touch the runner. A proposer whose drafts should not all teach the speculation budget
+hands it a :class:`BudgetCounting` rule. vLLM field meanings per method: ``docs/CONTRACTS.md``.
 
 Bottom layer: imports neither torch, vLLM nor another plugin module.
 """
@@ -75,3 +76,21 @@ class VerificationObserver(Protocol):
 class DraftProbsSource(Protocol):
     def take_draft_probs(self) -> tuple[list[str], Any] | None:
         """(req_ids, probs ``[R, K, V]`` float32) of the last ``propose``, or None."""
+
+
+# (req_id, drafts verified, drafts accepted) of one request in one step
+Outcome = tuple[str, int, int]
+
+
+@runtime_checkable
+class BudgetCounting(Protocol):
+    """Which verified drafts the speculation budget learns acceptance from
+    (``AnyOrderProposer.budget_counting``; e.g. ``core.jacobi_refined.RefinedPositions``)."""
+
+    probe_hold: int  # steps an upward probe of the budget keeps its depth
+
+    def counted(self, outcomes: list[Outcome]) -> list[Outcome]:
+        """Of a step's outcomes, what counts (each (req_id, drafted, accepted) possibly cut)."""
+
+    def forget(self, live: set[str]) -> None:
+        """Drop the state of requests no longer in the batch."""

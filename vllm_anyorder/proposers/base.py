@@ -20,7 +20,7 @@ import time
 from typing import Any, Callable, ClassVar
 
 from vllm_anyorder import _compat, config, metrics
-from vllm_anyorder.contract import RunnerView
+from vllm_anyorder.contract import BudgetCounting, RunnerView
 from vllm_anyorder.proposers.budget import StepBudget
 
 
@@ -29,8 +29,8 @@ class AnyOrderProposer:
 
     method: ClassVar[str] = ""
     # which verified drafts the budget learns acceptance from (proposers/budget.py): None =
-    # all of them; a class with counted(outcomes) / forget(live) / probe_hold otherwise
-    budget_counting: ClassVar[type | None] = None
+    # all of them; otherwise a class whose instances are a contract.BudgetCounting
+    budget_counting: ClassVar[type[BudgetCounting] | None] = None
 
     def __init__(self, vllm_config: Any) -> None:
         from vllm_anyorder import patches

@@ -18,7 +18,7 @@ each round it timed itself with :meth:`StepBudget.round_done` (``begin`` / ``end
 for it, so nothing is counted twice).
 
 Which drafts acceptance is learnt from: all of them, unless the proposer hands a counting
-rule (``counting``: ``counted(outcomes)``, ``forget(live)``, ``probe_hold``), e.g. Jacobi's
+rule (``counting``, a :class:`~vllm_anyorder.contract.BudgetCounting`), e.g. Jacobi's
 :class:`~vllm_anyorder.core.jacobi_refined.RefinedPositions` (only positions a verification
 refined count).
 
@@ -38,6 +38,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from vllm_anyorder.contract import BudgetCounting
 from vllm_anyorder.core.budget import BudgetController, BudgetSettings
 
 logger = logging.getLogger("vllm_anyorder")
@@ -58,11 +59,11 @@ class _Pending:
 
 class StepBudget:
     def __init__(self, mode: str, max_drafts: int, tp_group: Any = None,
-                 snapshot_path: str | None = None, counting: Any = None,
+                 snapshot_path: str | None = None, counting: BudgetCounting | None = None,
                  stages: Callable[[int], int] | None = None) -> None:
         self.controller = BudgetController(BudgetSettings(
             mode=mode, max_drafts=max_drafts,
-            probe_hold=getattr(counting, "probe_hold", 1)), stages)
+            probe_hold=counting.probe_hold if counting is not None else 1), stages)
         self.counting = counting  # the proposer's rule for which outcomes count (or None)
         self.tp_group = tp_group  # vLLM's TP GroupCoordinator when world size > 1
         self._pending: _Pending | None = None

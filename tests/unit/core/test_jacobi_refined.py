@@ -27,3 +27,9 @@ def test_departed_requests_are_forgotten():
     r.counted([("a", 4, 1), ("b", 4, 0)])
     r.forget({"b"})
     assert set(r.depth) == {"b"} and r.probe_hold == 2
+
+
+def test_it_is_a_budget_counting_rule():
+    from vllm_anyorder.contract import BudgetCounting
+
+    assert isinstance(RefinedPositions(), BudgetCounting)
