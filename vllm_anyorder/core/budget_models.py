@@ -90,6 +90,11 @@ class StepCost:
                 if (a > 0) == bool(drafting) and _bucket(rows) in t]
         return max(seen, default=None)
 
+    def samples(self, rows: int, drafting: bool) -> int:
+        """Steps measured at this row count in this arm, all stages together."""
+        return sum(t[_bucket(rows)].samples for a, t in self.tables.items()
+                   if (a > 0) == bool(drafting) and _bucket(rows) in t)
+
     def predict(self, rows: int, drafting: bool, stage: int = 1) -> float | None:
         """Seconds of a step with ``rows`` rows; None before any step of either arm. The
         drafting arm's curve starts from the plain steps below its first measured bucket (so

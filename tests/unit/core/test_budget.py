@@ -68,9 +68,11 @@ def test_a_gain_within_the_prediction_margin_is_not_taken():
 def test_rows_go_to_the_likely_requests():
     # moderate slope: a row is worth it only where a draft is likely accepted
     ctl, chosen = simulate(lambda rows, d: 0.010 + 0.002 * rows, [0.95, 0.05])
-    # the unlikely request is re-tried now and then (its evidence fades while it does not
-    # draft), never with as many rows as the likely one
-    assert chosen and all(c[0] > 0 and c[1] < c[0] for c in chosen)
+    # the unlikely request is re-tried now and then (its evidence fades towards the engine's
+    # rate, which the likely one makes high, while it does not draft): almost never with as
+    # many rows as the likely one
+    assert chosen and all(c[0] > 0 for c in chosen)
+    assert sum(c[1] >= c[0] for c in chosen) <= len(chosen) // 50
     assert sum(c[1] > 0 for c in chosen) <= len(chosen) // 3
     assert ctl.accept.rate("r0", 0) > 0.8
 
@@ -264,3 +266,23 @@ def test_an_unmeasured_stage_borrows_a_measured_one():
     cost.observe(5, True, 0.020, 2, stage=2)  # measured: one more forward adds 6 ms
     assert cost.predict(5, True, stage=3) == pytest.approx(0.026)
     assert cost.predict(5, True, stage=1) == pytest.approx(0.014)
+
+
+def test_a_slow_first_step_at_a_row_count_is_measured_again():
+    """A row count measured once, slowly (a new shape's first step builds its kernels), is
+    re-measured by the next probes instead of pricing it for stale_after steps."""
+    rng = random.Random(0)
+    ctl = BudgetController(BudgetSettings(max_drafts=16))
+    seen: dict[int, int] = {}
+    for _ in range(400):
+        caps = ctl.allot(["a"], [16])
+        rows = 1 + caps[0]
+        seen[rows] = seen.get(rows, 0) + 1
+        slow = 5 if seen[rows] == 1 and rows > 1 else 1
+        ctl.record_step(rows, rows > 1, 0.010 * slow * (1 + 0.02 * caps[0]))
+        n = 0
+        while n < caps[0] and rng.random() < 0.9:
+            n += 1
+        if caps[0]:
+            ctl.record_verified("a", caps[0], n)
+    assert ctl.cost.predict(10, True) < 0.015  # 11.8 ms, not its first step's 59 ms
