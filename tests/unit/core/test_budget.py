@@ -13,6 +13,20 @@ from vllm_anyorder.core.budget import BudgetController, BudgetSettings, parse_mo
 from vllm_anyorder.core.budget_models import Acceptance, StepCost
 
 
+def verify(ctl, rng, req_ids, caps, accept) -> int:
+    """Request i keeps each of its caps[i] drafts with probability accept[i] until its first
+    rejection; the controller is told. Returns the tokens the step committed."""
+    tokens = 0
+    for req_id, k, p in zip(req_ids, caps, accept):
+        n = 0
+        while n < k and rng.random() < p:
+            n += 1
+        if k:
+            ctl.record_verified(req_id, k, n)
+        tokens += n + 1
+    return tokens
+
+
 def simulate(cost, accept, steps=400, max_drafts=16, seed=0, noise=0.0, **kw):
     """Run the controller for ``steps`` steps; return the non-probe decisions' caps."""
     rng = random.Random(seed)
@@ -24,12 +38,7 @@ def simulate(cost, accept, steps=400, max_drafts=16, seed=0, noise=0.0, **kw):
         rows = len(req_ids) + sum(caps)
         seconds = cost(rows, any(caps)) * (1 + noise * (2 * rng.random() - 1))
         ctl.record_step(rows, any(caps), seconds)
-        for req_id, k, p in zip(req_ids, caps, accept):
-            if k:
-                n = 0
-                while n < k and rng.random() < p:
-                    n += 1
-                ctl.record_verified(req_id, k, n)
+        verify(ctl, rng, req_ids, caps, accept)
         if not ctl.last.probe:
             chosen.append(caps)
     return ctl, chosen[len(chosen) // 2:]  # the settled half
@@ -195,13 +204,7 @@ def realised_goodput(cost, accept, mode, steps=600, max_drafts=16, seed=0):
         spent = cost(rows, any(caps))
         seconds += spent
         ctl.record_step(rows, any(caps), spent)
-        for req_id, k, p in zip(ids, caps, accept):
-            n = 0
-            while n < k and rng.random() < p:
-                n += 1
-            if k:
-                ctl.record_verified(req_id, k, n)
-            tokens += n + 1
+        tokens += verify(ctl, rng, ids, caps, accept)
     return tokens / seconds
 
 
@@ -234,13 +237,7 @@ def staged_run(stages, accept, steps=800):
         caps = ctl.allot(ids, [16] * len(ids))
         spent = 0.010 + 0.006 * -(-max(caps) // 4)
         ctl.record_step(len(ids) + sum(caps), any(caps), spent, depth=max(caps))
-        for req_id, k, p in zip(ids, caps, accept):
-            n = 0
-            while n < k and rng.random() < p:
-                n += 1
-            if k:
-                ctl.record_verified(req_id, k, n)
-            tokens += n + 1
+        tokens += verify(ctl, rng, ids, caps, accept)
         seconds += spent
         if not ctl.last.probe:
             chosen.append(caps)
@@ -280,9 +277,5 @@ def test_a_slow_first_step_at_a_row_count_is_measured_again():
         seen[rows] = seen.get(rows, 0) + 1
         slow = 5 if seen[rows] == 1 and rows > 1 else 1
         ctl.record_step(rows, rows > 1, 0.010 * slow * (1 + 0.02 * caps[0]))
-        n = 0
-        while n < caps[0] and rng.random() < 0.9:
-            n += 1
-        if caps[0]:
-            ctl.record_verified("a", caps[0], n)
+        verify(ctl, rng, ["a"], caps, [0.9])
     assert ctl.cost.predict(10, True) < 0.015  # 11.8 ms, not its first step's 59 ms
