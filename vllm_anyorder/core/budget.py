@@ -309,7 +309,8 @@ class BudgetController:
         return (f"budget {self.kind}: {d.rows} draft rows for {d.batch} requests "
                 f"({why}); {t['steps_without_drafts']}/{t['steps']} steps without drafts, "
                 f"{acc:.0%} of {t['drafted']} drafts accepted, "
-                f"cost {self.cost.slope() * 1e3:.3f} ms per extra row")
+                f"cost {self.cost.slope() * 1e3:.3f} ms per extra row, "
+                f"a probe every {self.probes.gap()} steps")
 
     def state(self) -> dict:
         """Everything a decision depends on (TP ranks must agree; diagnostics fingerprint)."""

@@ -38,7 +38,11 @@ class ProbeSchedule:
         """A probe in this decision?"""
         if measured < self.warmup_steps:
             return decision % 2 == 0
-        return decision - self.last >= max(1, round(self.probe_every * 2.0 ** self.backoff))
+        return decision - self.last >= self.gap()
+
+    def gap(self) -> int:
+        """Steps between probes after warm-up, as things stand."""
+        return max(1, round(self.probe_every * 2.0 ** self.backoff))
 
     def started(self, decision: int, batch: int, choice: int, measured: int) -> None:
         """A probe is taken at ``decision``; the controller's own choice was ``choice``

@@ -62,3 +62,9 @@ def test_never_accepted_drafts_are_probed_ever_more_rarely():
 def test_a_change_after_back_off_is_found_within_one_gap():
     probes, chosen = run(accept_from=1500, steps=2000)
     assert chosen and min(c for c in chosen if c >= 1500) <= 1500 + 256 + 16
+
+
+def test_the_log_line_says_how_often_it_probes():
+    ctl = BudgetController(BudgetSettings(max_drafts=4))
+    ctl.probes.backoff = 3
+    assert ctl.summary().endswith("a probe every 256 steps")
