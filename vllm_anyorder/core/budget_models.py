@@ -84,16 +84,18 @@ class StepCost:
         arms = [t for a, t in self.tables.items() if (a > 0) == bool(drafting)]
         return int(max((m.rows for t in arms for m in t.values()), default=0))
 
+    def _at(self, rows: int, drafting: bool) -> list[_Mean]:
+        """This row count's bucket in every stage of the arm (plain: one)."""
+        b = _bucket(rows)
+        return [t[b] for a, t in self.tables.items() if (a > 0) == bool(drafting) and b in t]
+
     def last_seen(self, rows: int, drafting: bool) -> int | None:
         """The last step this row count was measured in this arm, any stage."""
-        seen = [t[_bucket(rows)].step for a, t in self.tables.items()
-                if (a > 0) == bool(drafting) and _bucket(rows) in t]
-        return max(seen, default=None)
+        return max((m.step for m in self._at(rows, drafting)), default=None)
 
     def samples(self, rows: int, drafting: bool) -> int:
         """Steps measured at this row count in this arm, all stages together."""
-        return sum(t[_bucket(rows)].samples for a, t in self.tables.items()
-                   if (a > 0) == bool(drafting) and _bucket(rows) in t)
+        return sum(m.samples for m in self._at(rows, drafting))
 
     def predict(self, rows: int, drafting: bool, stage: int = 1) -> float | None:
         """Seconds of a step with ``rows`` rows; None before any step of either arm. The
