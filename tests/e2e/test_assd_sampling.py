@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from e2e.conftest import make_llm, shutdown
-from e2e.sampling import MAX_TOKENS, N_PER_REQ, NUM_REQ, P_MIN, PROMPT, SETTING_IDS, SETTINGS, sample
+from e2e.sampling import (MAX_TOKENS, N_PER_REQ, NUM_REQ, P_MIN, PROMPT, SETTING_IDS, SETTINGS,
+                          assert_fits, sample)
 from stats import conditional_chisquare, truncated_probs
 
 pytestmark = pytest.mark.e2e
@@ -115,10 +116,7 @@ def test_assd_sampling_matches_sequential_decoding(assd_llm, exact, params_kw):
     def cond(prefix):
         return truncated_probs(np.log(exact(prefix)[0]), **params_kw)
 
-    for pos in range(MAX_TOKENS):
-        stat, df, p = conditional_chisquare(samples, pos, cond)
-        assert df > 0
-        assert p > P_MIN, f"position {pos}: chi2={stat:.1f} df={df} p={p:.2e}"
+    assert_fits(samples, cond, redraw=lambda: sample(assd_llm, params_kw))
 
 
 def _simulate(exact, rule, n, k=K, seed=0):
@@ -168,8 +166,12 @@ def test_assd_infill_sampling_matches_sequential_infilling(assd_llm, exact_infil
     drafted0, accepted0, _, _ = assd_llm.collective_rpc(_counters)[0]
     req = infill.make_request(INFILL_SEQ)
     params = infill.sampling_params(SamplingParams(n=N_PER_REQ, seed=None, **params_kw), req)
-    outs = assd_llm.generate([req.prompt()] * NUM_REQ, params, use_tqdm=False)
-    samples = [tuple(c.token_ids) for o in outs for c in o.outputs]
+
+    def draw_infill():
+        outs = assd_llm.generate([req.prompt()] * NUM_REQ, params, use_tqdm=False)
+        return [tuple(c.token_ids) for o in outs for c in o.outputs]
+
+    samples = draw_infill()
     assert len(samples) == NUM_REQ * N_PER_REQ and all(len(s) == MAX_TOKENS for s in samples)
     assert all(req.merge(s)[i] == x for s in samples[:50]
                for i, x in enumerate(INFILL_SEQ) if x is not None)
@@ -180,10 +182,7 @@ def test_assd_infill_sampling_matches_sequential_infilling(assd_llm, exact_infil
     def cond(prefix):
         return truncated_probs(np.log(exact_infill(prefix)[0]), **params_kw)
 
-    for pos in range(MAX_TOKENS):
-        stat, df, p = conditional_chisquare(samples, pos, cond)
-        assert df > 0
-        assert p > P_MIN, f"position {pos}: chi2={stat:.1f} df={df} p={p:.2e}"
+    assert_fits(samples, cond, redraw=draw_infill)
 
 
 @pytest.mark.parametrize("rule", ["correct", "recover_from_p", "sharpened_q"])

@@ -12,7 +12,7 @@ import pytest
 
 from e2e.conftest import make_llm, shutdown, spec_metrics
 from e2e.sampling import (MAX_TOKENS, N_PER_REQ, NUM_REQ, P_MIN, SETTING_IDS, SETTINGS, exact,
-                          sample, small_vocab_llama)
+                          assert_fits, sample, small_vocab_llama)
 from stats import conditional_chisquare, truncated_probs
 
 __all__ = ["exact", "small_vocab_llama"]  # fixtures used by name
@@ -47,16 +47,13 @@ def test_jacobi_sampling_matches_the_model(jacobi_llm, exact, params_kw):
     def cond(prefix):
         return truncated_probs(exact(prefix), **params_kw)
 
-    for pos in range(MAX_TOKENS):
-        stat, df, p = conditional_chisquare(samples, pos, cond)
-        assert df > 0
-        assert p > P_MIN, f"position {pos}: chi2={stat:.1f} df={df} p={p:.2e}"
+    assert_fits(samples, cond, redraw=lambda: sample(jacobi_llm, params_kw))
 
 
-def test_the_test_rejects_a_wrong_rule(exact):
-    """Simulate jacobi's argmax drafts with a wrong recovery rule (resample from p instead of
-    the residual) at the same sample size: the statistic must reject it."""
-    rng = np.random.default_rng(0)
+def _wrong_rule_samples(exact, seed):
+    """jacobi's argmax drafts with a wrong recovery rule: resample from p instead of the
+    residual (p without the rejected draft)."""
+    rng = np.random.default_rng(seed)
     samples = []
     for _ in range(NUM_REQ * N_PER_REQ):
         seq = []
@@ -68,9 +65,18 @@ def test_the_test_rejects_a_wrong_rule(exact):
             else:
                 seq.append(draft if pos > 0 else int(rng.choice(len(p), p=p)))
         samples.append(tuple(seq))
-    worst = min(conditional_chisquare(samples, pos, lambda pr: truncated_probs(exact(pr), 1.0))[2]
-                for pos in range(1, MAX_TOKENS))
+    return samples
+
+
+def test_the_test_rejects_a_wrong_rule(exact):
+    """The wrong rule simulated at the same sample size: the statistic rejects it on one
+    draw, and ``assert_fits`` (which re-tests a miss on a pooled second draw) fails it."""
+    cond = lambda pr: truncated_probs(exact(pr), 1.0)  # noqa: E731
+    samples = _wrong_rule_samples(exact, seed=0)
+    worst = min(conditional_chisquare(samples, pos, cond)[2] for pos in range(1, MAX_TOKENS))
     assert worst < P_MIN
+    with pytest.raises(AssertionError, match="pooled"):
+        assert_fits(samples, cond, redraw=lambda: _wrong_rule_samples(exact, seed=1))
 
 
 def test_stock_vllm_cpu_sampling_is_wrong_without_the_patch(small_vocab_llama, exact, monkeypatch):
