@@ -55,7 +55,7 @@ class Stepwise:
         self.s = s
 
     def plan(self, req: "DllmRequest", limit: int | None = None) -> Plan:
-        return Plan(req.canvas[None], req.window(req.i, req.i, 0), req.i)
+        return Plan(req.canvas[None], req.window(req.i, req.i), req.i)
 
     def room(self, req: "DllmRequest") -> int:
         return 0
@@ -130,11 +130,17 @@ class DllmRequest:
         if self.i == len(self.steps) and self.length is None:
             raise AssertionError("schedule exhausted with masked positions left")
 
-    def window(self, first: int, last: int, lookahead: int) -> tuple[int, int]:
-        """Logit window for nodes at steps first..last: their blocks plus ``lookahead``."""
+    def window(self, first: int, last: int, reach: int = 0) -> tuple[int, int]:
+        """Logit window for nodes at steps first..last: their blocks, plus the blocks of the
+        ``reach`` steps after ``last`` (at most ``lookahead_blocks`` further), which the next
+        round's drafts read from these logits. A forward costs its window's rows, so a block
+        no draft will read is not computed: a round that drafts nothing away from a block's
+        end costs what the baseline's forward does."""
+        far = self.steps[min(last + reach, len(self.steps) - 1)].block
+        extra = min(far - self.steps[last].block, self.s.lookahead_blocks)
         nblocks = -(-self.s.max_tokens // self.s.block_length)
         lo = block_span(self.s, self.steps[first].block)[0]
-        return lo, block_span(self.s, min(self.steps[last].block + lookahead, nblocks - 1))[1]
+        return lo, block_span(self.s, min(self.steps[last].block + extra, nblocks - 1))[1]
 
     def output(self) -> DllmOutput:
         n = self.length if self.length is not None else 0

@@ -38,7 +38,7 @@ class FreeDave:
         s, i = self.s, req.i
         if self.current is None:  # line 4: the logits of the starting canvas
             self._drafts = None
-            return Plan(req.canvas[None], req.window(i, i, s.lookahead_blocks), i)
+            return Plan(req.canvas[None], req.window(i, i, s.draft_steps - 1), i)
         d = s.draft_steps if limit is None else max(1, min(s.draft_steps, limit + 1))
         groups = simulate(req.canvas, req.steps[i: i + d], self.current, s, req.seed)
         drafts = [apply(req.canvas, groups[0])]
@@ -50,7 +50,7 @@ class FreeDave:
             return None
         live = [x for k, x in enumerate(drafts) if i + k + 1 < len(req.steps)]
         self._drafts = (groups, drafts)
-        return Plan(torch.stack(live), req.window(i + 1, i + len(live), s.lookahead_blocks),
+        return Plan(torch.stack(live), req.window(i + 1, i + len(live), d - 1),
                     i + 1, len(live) - 1)
 
     def room(self, req) -> int:

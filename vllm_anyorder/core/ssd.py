@@ -56,7 +56,7 @@ class Ssd:
         last = max(nodes[key][1] for key in live)
         drafted = sum(kind == "c" for kind, _ in live) - 1  # chain nodes past node 0
         return Plan(torch.stack([nodes[key][0] for key in live]),
-                    req.window(i, last, s.lookahead_blocks), i, drafted)
+                    req.window(i, last, n), i, drafted)  # next drafts: n steps
 
     def room(self, req) -> int:
         """Drafted steps the next plan can use (a terminal leaf is one of them: it is never

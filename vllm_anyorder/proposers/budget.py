@@ -137,9 +137,9 @@ class StepBudget:
             if k:
                 self.controller.record_verified(req_id, k, accepted)
         if clean and seconds > 0:
-            # committed tokens: one per request and its accepted drafts (a step's, not a
-            # denoising round's: rounds commit differently)
-            tokens = sum(a + 1 for _, _, a in outcomes) if not unit else 0
+            # progress: one per request and its accepted drafts (a step's committed tokens;
+            # a denoising round's baseline steps moved, the currency its goodput is in)
+            tokens = sum(a + 1 for _, _, a in outcomes)
             self.controller.record_step(rows, drafting, seconds, len(outcomes), tokens, depth)
         live_set = set(live)
         self.controller.forget(live_set)

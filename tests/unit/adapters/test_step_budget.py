@@ -96,6 +96,22 @@ def test_dllm_rounds_are_recorded_like_steps():
     assert set(b.controller.accept.requests) == {"a"}
 
 
+def test_dllm_rounds_feed_the_reality_check():
+    """A round's progress (baseline steps moved: 1 + accepted drafts per request) per second
+    is what the reality check compares: drafting rounds that move fewer steps per second than
+    plain ones stop drafting, whatever the cost and acceptance models predict."""
+    b = StepBudget("auto", 4)
+    c = b.controller
+    for _ in range(8):
+        b.round_done(["a", "b"], 2, False, True, 0.010, [("a", 0, 0), ("b", 0, 0)])  # 200/s
+    c.last.probe = False
+    for _ in range(8):  # two drafts each, one kept: 4 steps in 0.025 s = 160/s
+        b.round_done(["a", "b"], 6, True, True, 0.025, [("a", 2, 1), ("b", 2, 1)])
+    assert c.realized.rate(2, False, c.decisions, 10**6) == pytest.approx(200.0)
+    assert c.realized.rate(2, True, c.decisions, 10**6) == pytest.approx(160.0)
+    assert c._drafting_lost(2)
+
+
 def test_dllm_rounds_under_fixed_budget_measure_nothing():
     class Group:
         rank_in_group = 0
