@@ -39,6 +39,7 @@ from typing import Callable
 
 from .budget_models import Acceptance, Realized, StepCost
 from .budget_probes import ProbeSchedule
+from .budget_rows import candidates, deepest, prefix_sums
 
 MODES = ("auto", "fixed")
 CYCLE_PREFIX = "cycle:"
@@ -171,11 +172,11 @@ class BudgetController:
         reach = max(batch, 2 * self.cost.max_rows(True) - batch)
         order = self._ranked_rows(req_ids, limits, 2 * reach + 4 * batch)  # best first
         gains = [g for g, _ in order]
-        prefix = _prefix_sums(gains)
-        depth = _deepest(order, batch)
+        prefix = prefix_sums(gains)
+        depth = deepest(order, batch)
         reach = min(len(order), reach)
         best, best_val = 0, plain
-        for r in _candidates(reach):
+        for r in candidates(reach):
             val = self._goodput(batch, r, prefix[r], depth[r])
             if val is not None and val > best_val * (1 + 1e-9) and \
                     val >= plain * (1 + self.s.margin):
@@ -251,7 +252,7 @@ class BudgetController:
         ``far``) or a quarter more (at least one more per request); None when all of them
         are fresh."""
         span = max(best, 4 * batch) if far else max(best // 4, batch)
-        for r in _candidates(min(total, best + span)):
+        for r in candidates(min(total, best + span)):
             if r > best and self._stale(batch + r, True):
                 return r
         return None
@@ -323,30 +324,3 @@ class BudgetController:
                          for k, v in self.cost.tables.items()},
                 "accept": [[round(h, 9), round(n, 9)] for h, n in self.accept.engine]}
 
-
-def _prefix_sums(values: list[float]) -> list[float]:
-    out = [0.0]
-    for v in values:
-        out.append(out[-1] + v)
-    return out
-
-
-def _deepest(order: list[tuple[float, int]], batch: int) -> list[int]:
-    """The deepest chain when the first r rows of ``order`` are drafted, for r = 0..len."""
-    per, out = [0] * batch, [0]
-    for _, row in order:
-        per[row] += 1
-        out.append(max(out[-1], per[row]))
-    return out
-
-
-def _candidates(total: int) -> list[int]:
-    """Row counts worth evaluating: every count up to 16, then steps of ~1/8 of the value,
-    and the total (cost is piecewise linear in rows, gains concave: the optimum is near)."""
-    out, r = [], 1
-    while r < total:
-        out.append(r)
-        r += 1 if r < 16 else max(1, r // 8)
-    if total:
-        out.append(total)
-    return out
