@@ -119,3 +119,25 @@ def test_plans_respect_the_limit_and_count_their_drafts(models, method, monkeypa
     for lim, n, nodes in plans:
         assert 0 <= n <= (lim if lim is not None else 4)
         assert nodes == n + 1 if not s.mix_order else nodes >= n + 1  # node 0 + the drafts
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_a_forward_computes_only_the_blocks_drafts_read(models, method, monkeypatch):
+    """A plan's logit window (what its forward computes) holds its nodes' blocks, plus the next
+    block only where the next round's drafts reach it: at limit 0 never (the baseline's
+    window), unlimited only near a block's end."""
+    s = settings("b8s4-random", **METHODS[method])
+    windows = {0: [], None: []}
+    real = DllmRequest.plan
+
+    def spy(req, limit=None):
+        plan = real(req, limit)
+        if plan is not None and req.draft_room():
+            windows[limit].append(plan.window[1] - plan.window[0])
+        return plan
+
+    monkeypatch.setattr(DllmRequest, "plan", spy)
+    for limit in windows:
+        generate(models["llada"], PROMPTS, s, SEEDS, limit=lambda r, lim=limit: lim)
+    assert windows[0] and set(windows[0]) == {s.block_length}
+    assert 2 * s.block_length in windows[None] and s.block_length in windows[None]
