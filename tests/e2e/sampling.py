@@ -63,4 +63,5 @@ def assert_fits(samples, cond, redraw, positions=range(MAX_TOKENS)):
 
     if misses(samples):
         pooled = list(samples) + list(redraw())
-        assert not misses(pooled), f"on {len(pooled)} pooled samples: {misses(pooled)}"
+        still = misses(pooled)
+        assert not still, f"on {len(pooled)} pooled samples: {still}"

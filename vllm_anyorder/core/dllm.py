@@ -134,13 +134,12 @@ class DllmRequest:
         """Logit window for nodes at steps first..last: their blocks, plus the blocks of the
         ``reach`` steps after ``last`` (at most ``lookahead_blocks`` further), which the next
         round's drafts read from these logits. A forward costs its window's rows, so a block
-        no draft will read is not computed: a round that drafts nothing away from a block's
-        end costs what the baseline's forward does."""
+        no draft will read is not computed: a round that drafts nothing (``reach`` 0) has
+        the baseline's window."""
+        last_block = self.steps[last].block
         far = self.steps[min(last + reach, len(self.steps) - 1)].block
-        extra = min(far - self.steps[last].block, self.s.lookahead_blocks)
-        nblocks = -(-self.s.max_tokens // self.s.block_length)
         lo = block_span(self.s, self.steps[first].block)[0]
-        return lo, block_span(self.s, min(self.steps[last].block + extra, nblocks - 1))[1]
+        return lo, block_span(self.s, min(far, last_block + self.s.lookahead_blocks))[1]
 
     def output(self) -> DllmOutput:
         n = self.length if self.length is not None else 0
