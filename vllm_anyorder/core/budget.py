@@ -37,7 +37,7 @@ import operator
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .budget_models import Acceptance, Realized, StepCost
+from .budget_models import YOUNG_SAMPLES, Acceptance, Realized, StepCost
 from .budget_probes import ProbeSchedule
 from .budget_rows import candidates, deepest, prefix_sums
 
@@ -45,7 +45,6 @@ MODES = ("auto", "fixed")
 CYCLE_PREFIX = "cycle:"
 _gain = operator.itemgetter(0)
 MIN_GAIN = 1e-3  # rows expected to add fewer accepted drafts than this are never worth one
-YOUNG = 3  # a row count's cost measured fewer times than this is re-measured by the next probe
 
 
 def parse_mode(mode: str) -> tuple[str, tuple[int, ...]]:
@@ -258,14 +257,14 @@ class BudgetController:
         return None
 
     def _stale(self, rows: int, drafting: bool) -> bool:
-        """Worth a probe: never measured, measured fewer than ``YOUNG`` times (a first step
+        """Worth a probe: never measured, measured fewer than ``YOUNG_SAMPLES`` times (a first step
         at a new shape can be slow for reasons of its own, e.g. the kernels it builds, and
         would price that row count for ``stale_after`` steps), or not since ``stale_after``
         decisions (warm-up probes always run: the first measurements are what everything
         rests on)."""
         seen = self.cost.last_seen(rows, drafting)
         return seen is None or self.measured < self.s.warmup_steps or \
-            self.cost.samples(rows, drafting) < YOUNG or \
+            self.cost.samples(rows, drafting) < YOUNG_SAMPLES or \
             self.decisions - seen >= self.s.stale_after
 
     def _ranked_rows(self, req_ids: list[str], limits: list[int],

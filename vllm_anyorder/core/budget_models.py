@@ -27,6 +27,9 @@ import math
 from dataclasses import dataclass
 
 
+YOUNG_SAMPLES = 3  # a cost bucket with fewer samples is young (its figure is not yet trusted)
+
+
 def _bucket(rows: int) -> int:
     """Exact up to 16 rows (where a CPU's cost curve bends), then four per doubling."""
     if rows <= 16:
@@ -67,7 +70,7 @@ class StepCost:
             table[_bucket(rows)] = _Mean(float(rows), float(seconds), 1, step)
             return
         w = self.down if seconds < mean.seconds else self.up
-        if mean.samples < 3:  # a young bucket takes its fastest sample outright
+        if mean.samples < YOUNG_SAMPLES:  # a young bucket takes its fastest sample outright
             w = 1.0 if seconds < mean.seconds else 0.0
         mean.rows += (rows - mean.rows) / min(mean.samples + 1, 20)
         mean.seconds += w * (seconds - mean.seconds)
@@ -75,9 +78,22 @@ class StepCost:
         mean.step = step
 
     def points(self, drafting: bool, stage: int = 1) -> list[tuple[float, float]]:
-        """(rows, seconds) of the measured buckets, by rows; seconds made non-decreasing."""
+        """(rows, seconds) of the measured buckets, by rows; seconds made non-decreasing.
+
+        A young bucket (fewer than ``YOUNG_SAMPLES`` samples) is priced at no more than the
+        curve of the mature ones predicts there: a lone slow step (another process, a first
+        shape) would otherwise price its row count, and every count beyond it through the
+        last slope, out of reach for good, since nothing is measured where nothing is chosen.
+        Optimism costs at most a few steps: those steps are measured, and a bucket that is
+        slow three times over is mature and stands."""
         table = self.tables.get(_arm(drafting, stage), {})
-        return _monotone(sorted((m.rows, m.seconds) for m in table.values()))
+        mature = _monotone(sorted((m.rows, m.seconds) for m in table.values()
+                                  if m.samples >= YOUNG_SAMPLES))
+        if len(mature) < 2:
+            return _monotone(sorted((m.rows, m.seconds) for m in table.values()))
+        return _monotone(sorted(
+            (m.rows, m.seconds if m.samples >= YOUNG_SAMPLES
+             else min(m.seconds, _interpolate(mature, m.rows))) for m in table.values()))
 
     def max_rows(self, drafting: bool) -> int:
         """The most rows of a measured step of this arm, any stage (0 before any)."""

@@ -164,21 +164,31 @@ class JacobiState:
         self.block_ends = [self.base + settings.block_size]
         self.stationary = [0]  # leading converged count per block (pseudo-accepted; RA unused)
         self.canvas = self._initial_draft(context, settings.block_size)
+        self.spliced = 0  # leading drafts of the last chain that a pooled n-gram replaced
 
     # ----------------------------------------------------------------------------- propose
     def next_chain(self, limit: int | None = None) -> list[int]:
         """Drafts for the next verification: RA remainder then pseudo-active blocks."""
-        cap = self.s.max_chain if limit is None else min(limit, self.s.max_chain)
+        cap = max(0, self.s.max_chain if limit is None else min(limit, self.s.max_chain))
+        beyond: tuple[int, ...] = ()
+        self.spliced = 0
         if self.s.recycle == "pool_first":
-            self._splice_recycled()
-        return list(self.canvas[: max(0, cap)])
+            beyond = self._splice_recycled()
+        return (self.canvas[:cap] + list(beyond))[:cap]
 
-    def _splice_recycled(self) -> None:
+    def _splice_recycled(self) -> tuple[int, ...]:
         """Put the pooled continuation of the last committed token over the head of the
-        chain (it may run past the RA block into pseudo-active ones)."""
+        chain (it may run past the RA block into pseudo-active ones); returns the part of it
+        that runs past the blocks in flight. The chain may carry that part too: under the
+        speculation budget the chain's length is the budget's choice, and an n-gram found in
+        the text is as good a guess there as inside a block (verification is exact for any
+        draft; the iterate itself never holds those positions)."""
         prev = self.text.tokens[-2] if len(self.text.tokens) > 1 else None
-        candidate = self._lookup(prev, self.last_token)[: len(self.canvas)]
-        self.canvas[: len(candidate)] = candidate
+        candidate = self._lookup(prev, self.last_token)
+        n = min(len(candidate), len(self.canvas))
+        self.canvas[:n] = candidate[:n]
+        self.spliced = len(candidate)
+        return candidate[n:]
 
     def _lookup(self, prev: int | None, key: int) -> tuple[int, ...]:
         return self.text.lookup(prev, key) or self.pool.lookup(key)

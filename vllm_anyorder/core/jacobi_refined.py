@@ -10,6 +10,13 @@ acceptance of a position once it has been drafted for, which is what a longer ch
 see. That estimate can be optimistic; the controller's reality check (``core.budget``:
 realised tokens per second, drafting against plain) keeps it from costing.
 
+A chain's head can also be drafted anew each step: with ``recycle="pool_first"`` the pooled
+continuation of the last committed token (an n-gram from the committed text or a recycled
+tail, ``JacobiState._splice_recycled``) overwrites it. Those positions are not stale either:
+their guess is as good in a long chain as in a short one, so they count like refined ones.
+Without them, a request in a loop (every chain accepted whole, so nothing left refined)
+would never teach the budget that its deep positions hold.
+
 The proposer hands an instance to its budget (``proposers/budget.py``), which calls
 :meth:`RefinedPositions.counted` with every step's outcomes.
 """
@@ -27,19 +34,28 @@ class RefinedPositions:
 
     def __init__(self) -> None:
         self.depth: dict[str, int] = {}  # req_id -> leading refined positions of its chain
+        self.fresh: dict[str, int] = {}  # req_id -> leading positions its chain drafted anew
+
+    def drafted(self, req_id: str, fresh: int) -> None:
+        """The request's next chain leads with ``fresh`` positions drafted anew this step
+        (a pooled n-gram spliced over the head); they count like refined ones."""
+        self.fresh[req_id] = fresh
 
     def counted(self, outcomes: list[Outcome]) -> list[Outcome]:
-        """Each verified chain cut to the positions its previous verification refined."""
+        """Each verified chain cut to the positions its previous verification refined or
+        its drafter drafted anew (:meth:`drafted`), whichever reaches further."""
         out = []
         for req_id, k, accepted in outcomes:
             refined = self.depth.get(req_id, 0)
-            if k and refined:
-                out.append((req_id, min(k, refined), min(accepted, refined)))
+            judged = max(refined, self.fresh.pop(req_id, 0))
+            if k and judged:
+                out.append((req_id, min(k, judged), min(accepted, judged)))
             # k drafts verified, m accepted: the next chain's first k - m positions are new
             # iterates; a step without drafts shifts the iterate by one and refines nothing
             self.depth[req_id] = k - accepted if k else max(0, refined - 1)
         return out
 
     def forget(self, live: set[str]) -> None:
-        for req_id in [r for r in self.depth if r not in live]:
-            del self.depth[req_id]
+        for known in (self.depth, self.fresh):
+            for req_id in [r for r in known if r not in live]:
+                del known[req_id]

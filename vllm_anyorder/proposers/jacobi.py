@@ -97,6 +97,8 @@ class JacobiProposer(AnyOrderProposer):
                 self._states[req_id] = state
             if cap > 0:
                 chains[i] = state.next_chain(cap)
+                if isinstance(self.budget.counting, RefinedPositions):
+                    self.budget.counting.drafted(req_id, state.spliced)
         self.drop_departed(self._states)  # finished, aborted or preempted
         self._verified = {}
         return chains

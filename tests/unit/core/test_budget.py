@@ -279,3 +279,21 @@ def test_a_slow_first_step_at_a_row_count_is_measured_again():
         ctl.record_step(rows, rows > 1, 0.010 * slow * (1 + 0.02 * caps[0]))
         verify(ctl, rng, ["a"], caps, [0.9])
     assert ctl.cost.predict(10, True) < 0.015  # 11.8 ms, not its first step's 59 ms
+
+
+def test_a_lone_slow_sample_does_not_price_the_rows_beyond_it():
+    """One slow step at a row count no one chose since (another process woke up) must not
+    price that count, and every count past it through the last slope, out of reach: a young
+    bucket is priced at most at what the mature buckets predict, until it is slow three
+    times over."""
+    cost = StepCost()
+    for _ in range(3):
+        cost.observe(1, False, 0.010, 0)
+        cost.observe(5, True, 0.011, 0)
+        cost.observe(10, True, 0.012, 0)
+    cost.observe(14, True, 0.030, 1)  # one outlier
+    assert cost.predict(14, True) == pytest.approx(0.0128)
+    assert cost.predict(20, True) == pytest.approx(0.014)
+    for _ in range(2):  # it is really that slow: three samples make it mature
+        cost.observe(14, True, 0.030, 2)
+    assert cost.predict(14, True) == pytest.approx(0.030)

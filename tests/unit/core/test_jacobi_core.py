@@ -119,3 +119,18 @@ def test_core_never_imports_vllm():
             "bad=[m for m in sys.modules if m=='vllm' or m.startswith('vllm.')]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_text_ngram_runs_the_chain_past_the_blocks_in_flight():
+    """Under the budget the chain's length is the budget's choice: a continuation found in
+    the text carries on past the blocks in flight, and accepting into it keeps the state
+    consistent (a fresh block opens at the new committed length)."""
+    loop = [5, 6, 7, 8, 9, 10] * 4
+    st = JacobiState(JacobiSettings(block_size=4, max_blocks=1, max_chain=16), loop)
+    chain = st.next_chain(10)
+    assert len(st.canvas) == 4 and chain == [5, 6, 7, 8, 9, 10, 5, 6, 7, 8][: len(chain)]
+    assert len(chain) == 6 and st.spliced == 6  # the text holds 6 tokens after its last (9, 10)
+    greedy = chain[:5] + [0, 0]  # the target keeps 5 drafts, then disagrees
+    st.advance(chain, greedy, chain[:5] + [0])
+    assert st.base == len(loop) + 6 and st.block_ends[-1] == st.base + len(st.canvas)
+    assert st.block_ends == [st.base + 4] and st.last_token == 0

@@ -33,3 +33,33 @@ def test_it_is_a_budget_counting_rule():
     from vllm_anyorder.contract import BudgetCounting
 
     assert isinstance(RefinedPositions(), BudgetCounting)
+
+
+def test_positions_drafted_anew_count_like_refined_ones():
+    r = RefinedPositions()
+    r.counted([("a", 4, 4)])  # accepted whole: nothing of the next chain is refined
+    assert r.counted([("a", 8, 8)]) == []
+    # a chain whose first 6 drafts were spliced from a pooled n-gram: those 6 were judged
+    r.drafted("a", 6)
+    assert r.counted([("a", 8, 8)]) == [("a", 6, 6)]
+    r.drafted("a", 2)  # all 8 were kept, so nothing is refined: the splice decides
+    assert r.counted([("a", 8, 5)]) == [("a", 2, 2)]
+    r.drafted("a", 1)  # 3 refined by that verification reach further than the splice
+    assert r.counted([("a", 8, 0)]) == [("a", 3, 0)]
+    r.forget(set())
+    assert not r.depth and not r.fresh
+
+
+def test_a_spliced_chain_reports_its_length():
+    from vllm_anyorder.core.jacobi import JacobiSettings, JacobiState
+
+    loop = [5, 6, 7, 8] * 4
+    state = JacobiState(JacobiSettings(block_size=8), loop)
+    # the text's last (7, 8) is followed by 4 tokens: those 4 are spliced over the head
+    assert state.next_chain(6)[:4] == [5, 6, 7, 8] and state.spliced == 4
+    cold = JacobiState(JacobiSettings(block_size=8), [1, 2, 3])
+    cold.next_chain(4)
+    assert cold.spliced == 0
+    off = JacobiState(JacobiSettings(block_size=8, recycle="off"), loop)
+    off.next_chain(4)
+    assert off.spliced == 0
