@@ -23,7 +23,8 @@ What vLLM's single-chain verification forces (and how this module maps Algorithm
   exactly one candidate is chosen *before* verification: with ``recycle="pool_first"`` a
   pooled continuation of the last committed token replaces the head of the RA draft when one
   exists (an n-gram already seen in the committed text first, then the newest recycled
-  rejected tail), otherwise the Jacobi iterate is kept; ``"jacobi_first"`` uses the pools
+  rejected tail; a text n-gram longer than the blocks in flight runs the chain past them),
+  otherwise the Jacobi iterate is kept; ``"jacobi_first"`` uses the pools
   only for positions the iterate has never seen; ``"off"`` disables both pools.
 * The chain is capped at ``max_chain`` drafts (vLLM verifies at most 128 per request).
 
