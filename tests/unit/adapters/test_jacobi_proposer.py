@@ -425,3 +425,13 @@ def test_a_long_plain_stretch_restarts_the_state_from_the_text(monkeypatch):
     steps, _, batch = _plain_stretch(p, 4)
     fresh = JacobiState(p.settings, batch.tokens[0, : batch.lens[0]].tolist())
     assert steps[4][0] == fresh.next_chain(4)  # 3 plain tokens > 2: restarted
+
+
+def test_the_budget_hears_how_much_of_each_chain_was_spliced_from_the_text():
+    """Positions a text n-gram was spliced over count for the budget like refined ones
+    (core.jacobi_refined): the proposer reports each chain's spliced length."""
+    p = make_proposer()
+    batch = Batch([5, 6, 7, 5, 6, 7, 5, 6], [1, 2, 3])
+    chains = prefill(p, runner("a", "b"), batch, [7, 4])
+    assert p.budget.counting.fresh == {"a": p._states["a"].spliced, "b": 0}
+    assert p._states["a"].spliced > 0 and chains[0][:3] == [5, 6, 7]
