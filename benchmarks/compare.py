@@ -172,6 +172,7 @@ def _row(cfg: Config, runs: dict[str, list[dict]], configs: list[Config], b: int
         engine_start_s=statistics.median(r["start_s"] for r in mine),
         first_output=first["outputs"][0],
         repetition_4gram=repetition_share(first["outputs"]),
+        **({"probe_rounds": [r["probe"] for r in mine]} if first["probe"] else {}),
         **first["probe"])
     if "query_forwards" in row:  # drafting forwards count too: tokens per model forward
         row["model_forwards"] = generated - first["accepted"] + row["query_forwards"]

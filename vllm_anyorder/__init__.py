@@ -11,6 +11,8 @@ ledger) sits at the bottom with ``_compat``: callers hand each patch what it nee
 
 from __future__ import annotations
 
+import os
+
 __version__ = "0.1.0"
 __all__ = ["register", "apply_front_end_patches", "__version__"]
 
@@ -43,3 +45,5 @@ def apply_front_end_patches() -> None:
     patches.apply("cpu_padded_drafts")
     patches.apply("infill_requests", screen=infill.screen_request,
                   complete=infill.complete_request)
+    if os.environ.get(patches.step_timing.ENV, "") == "1":
+        patches.apply("step_timing")  # diagnostics: benchmarks/bench_floor.py

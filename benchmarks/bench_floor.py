@@ -1,0 +1,120 @@
+"""The drafts-off floor, per engine step: what a speculative engine whose proposer drafts
+nothing (``budget: cycle:0``) costs over no speculation, split into the model's time and the
+engine's own (issue 22: "overhead when the controller drafts nothing <= 3% of a
+no-speculation step").
+
+Whole-run wall clock cannot settle this on a 2-core VM: the model forward alone moves by
+10-30% between engine instances and over minutes, the same for both rows. Every row-run here
+also turns on the ``step_timing`` diagnostic patch (``VLLM_ANYORDER_STEP_TIMING=1``), which
+sums in the worker, per step, the period from one ``execute_model`` to the next, the model
+forward and ``sample_tokens``. ``engine = period - forward`` is the cost of the step that is
+not the model (scheduling, IPC, sampling, the proposer); the floor is the drafts-off row's
+``engine`` minus no speculation's in the same round, over no speculation's period.
+
+    .venv/bin/python -m benchmarks.bench_floor [--method jacobi] [--batch 1 8] [--repeats 3]
+
+Same harness as every table (``compare``: one engine alive, rows rotated over the rounds,
+quiet-machine checks); the wall-clock speed-ups are printed too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import configs as C  # noqa: E402
+from benchmarks.bench_budget import TARGETS, _default_row, _with_budget  # noqa: E402
+from benchmarks.common import REPO, load_prompts, machine_info  # noqa: E402
+from benchmarks.compare import Config, compare  # noqa: E402
+
+TIMING_ENV = {"VLLM_ANYORDER_STEP_TIMING": "1"}
+
+
+def step_probe(llm) -> dict:
+    """The worker's step sums so far (``patches/step_timing.py``)."""
+    def read(worker):
+        from vllm_anyorder.patches import step_timing
+
+        return dict(step_timing.TOTALS)
+
+    return llm.collective_rpc(read)[0]
+
+
+def per_step(probe: dict) -> dict:
+    """Milliseconds per step: period, forward, engine (period - forward), sample_tokens."""
+    calls, steps = max(1, probe["calls"]), max(1, probe["steps"])
+    period = 1e3 * probe["period_s"] / steps
+    forward = 1e3 * probe["forward_s"] / calls
+    return {"period": period, "forward": forward, "engine": period - forward,
+            "sample": 1e3 * probe["sample_s"] / calls}
+
+
+def floor_table(rows: list[dict]) -> list[dict]:
+    """One line per row and batch: medians over rounds, and the paired floor of each
+    drafts-off row (its engine ms minus the reference's, same round, over the reference's
+    period)."""
+    by_name = {r["method"]: r for r in rows}
+    out = []
+    for r in rows:
+        mine = [per_step(p) for p in r["probe_rounds"]]
+        ref = [per_step(p) for p in by_name[r["reference"]]["probe_rounds"]]
+        line = {"row": r["method"], "batch": r["batch"], "speedup_wall": r["speedup_vs_nospec"],
+                **{f"{k}_ms": statistics.median(m[k] for m in mine) for k in mine[0]}}
+        if r["reference"] != r["method"]:
+            line["floor_engine"] = statistics.median(
+                (m["engine"] - f["engine"]) / f["period"] for m, f in zip(mine, ref))
+            line["floor_step"] = statistics.median(
+                (m["period"] - f["period"]) / f["period"] for m, f in zip(mine, ref))
+        out.append(line)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--method", choices=sorted(TARGETS), default="jacobi")
+    ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+
+    from vllm import SamplingParams
+
+    base = Config("no-spec (asarm)", model=C.ASARM) if args.method == "assd" else C.no_spec()
+    off = _with_budget(_default_row(args.method), args.method, "cycle:0", "drafts off")
+    off.name = off.family = f"{args.method} defaults, drafts off (cycle:0)"
+    for row in (base, off):
+        row.env, row.probe = dict(TIMING_ENV), step_probe
+    if args.method == "assd":
+        off.reference = base.name
+    params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True)
+    rows = compare(f"floor-{args.method}", TARGETS[args.method], [base, off],
+                   load_prompts(args.prompts), params, repeats=args.repeats, batch=args.batch,
+                   describe=f"{len(load_prompts(args.prompts))} prompts x {args.max_tokens} "
+                            f"tokens, greedy; step timing on", plots=False)
+    table = floor_table(rows)
+    out = REPO / "benchmarks" / "results" / f"floor-{args.method}-{time.strftime('%Y%m%d-%H%M%S')}-steps.json"
+    out.write_text(json.dumps({"machine": machine_info(), "steps": table,
+                               "rounds": {r["method"]: [per_step(p) for p in r["probe_rounds"]]
+                                          for r in rows}}, indent=1))
+    print(f"\n{'row':<40}{'period ms':>10}{'forward':>9}{'engine':>8}{'sample':>8}"
+          f"{'floor: engine':>15}{'whole step':>12}{'wall':>7}")
+    for line in table:
+        floor = (f"{line['floor_engine']:>+14.1%} {line['floor_step']:>+11.1%}"
+                 if "floor_engine" in line else f"{'':>27}")
+        print(f"{line['row']:<40}{line['period_ms']:>10.2f}{line['forward_ms']:>9.2f}"
+              f"{line['engine_ms']:>8.2f}{line['sample_ms']:>8.2f}{floor}"
+              f"{line['speedup_wall']:>6.2f}x")
+    print(f"wrote {out.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
