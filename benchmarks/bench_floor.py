@@ -100,7 +100,8 @@ def main() -> int:
                    describe=f"{len(load_prompts(args.prompts))} prompts x {args.max_tokens} "
                             f"tokens, greedy; step timing on", plots=False)
     table = floor_table(rows)
-    out = REPO / "benchmarks" / "results" / f"floor-{args.method}-{time.strftime('%Y%m%d-%H%M%S')}-steps.json"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = REPO / "benchmarks" / "results" / f"floor-{args.method}-{stamp}-steps.json"
     out.write_text(json.dumps({"machine": machine_info(), "steps": table,
                                "rounds": {r["method"]: [per_step(p) for p in r["probe_rounds"]]
                                           for r in rows}}, indent=1))
