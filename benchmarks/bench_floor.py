@@ -92,13 +92,12 @@ def main() -> int:
     off.name = off.family = f"{args.method} defaults, drafts off (cycle:0)"
     for row in (base, off):
         row.env, row.probe = dict(TIMING_ENV), step_probe
-    if args.method == "assd":
-        off.reference = base.name
+    prompts = load_prompts(args.prompts)
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True)
-    rows = compare(f"floor-{args.method}", TARGETS[args.method], [base, off],
-                   load_prompts(args.prompts), params, repeats=args.repeats, batch=args.batch,
-                   describe=f"{len(load_prompts(args.prompts))} prompts x {args.max_tokens} "
-                            f"tokens, greedy; step timing on", plots=False)
+    rows = compare(f"floor-{args.method}", TARGETS[args.method], [base, off], prompts, params,
+                   repeats=args.repeats, batch=args.batch,
+                   describe=f"{len(prompts)} prompts x {args.max_tokens} tokens, greedy; "
+                            f"step timing on", plots=False)
     table = floor_table(rows)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = REPO / "benchmarks" / "results" / f"floor-{args.method}-{stamp}-steps.json"
