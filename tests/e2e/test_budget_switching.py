@@ -23,13 +23,22 @@ def _greedy(llm, prompts, lengths):
     return [list(o.outputs[0].token_ids) for o in llm.generate(prompts, params, use_tqdm=False)]
 
 
+_PLAIN: dict[str, tuple] = {}  # model path -> the same engine's outputs without speculation
+
+
+def _plain(model):
+    """Greedy outputs of ``model`` without speculation (one engine per model per module)."""
+    if str(model) not in _PLAIN:
+        base = make_llm(model, **COMMON)
+        try:
+            _PLAIN[str(model)] = (_greedy(base, PROMPTS[:1], [64]), _greedy(base, PROMPTS, LENGTHS))
+        finally:
+            shutdown(base)
+    return _PLAIN[str(model)]
+
+
 def _check(model, spec, method, options=None, budget=CYCLE):
-    base = make_llm(model, **COMMON)
-    try:
-        want_one = _greedy(base, PROMPTS[:1], [64])
-        want = _greedy(base, PROMPTS, LENGTHS)
-    finally:
-        shutdown(base)
+    want_one, want = _plain(model)
     opts = {"anyorder": {method: {**(options or {}), "budget": budget}}}
     llm = make_llm(model, speculative_config=spec, additional_config=opts, **COMMON)
     try:
@@ -52,13 +61,17 @@ def test_specdiff_switching_sizes(cyclic_llama, cyclic_drafter):
                           "num_speculative_tokens": 8}, "specdiff", {"steps": 2})
 
 
-@pytest.mark.parametrize("drafter", ["self", "ngram"])
-def test_assd_switching_sizes(tmp_path_factory, drafter):
+@pytest.fixture(scope="module")
+def asarm(tmp_path_factory):
     from asarm_models import build_tiny_asarm
 
-    model = build_tiny_asarm(tmp_path_factory.mktemp("asarm-budget"), vocab_size=64, seed=1,
-                             std=0.3)
-    _check(model, {"method": "assd", "num_speculative_tokens": 8}, "assd",
+    return build_tiny_asarm(tmp_path_factory.mktemp("asarm-budget"), vocab_size=64, seed=1,
+                            std=0.3)
+
+
+@pytest.mark.parametrize("drafter", ["self", "ngram"])
+def test_assd_switching_sizes(asarm, drafter):
+    _check(asarm, {"method": "assd", "num_speculative_tokens": 8}, "assd",
            {"drafter": drafter})
 
 

@@ -1,23 +1,16 @@
 """The dLLM key equality tests again on the attention implementation ``auto`` does not pick
-on this CPU (``conftest.other_attention``; the full matrix runs on the other one):
-stepwise / ssd / freedave == the engine-free reference decoder (LLaDA and Dream, greedy at
-batch 6 and 1, seeded sampling), node logits over the paged cache == the PyTorch model, and
-TP=2. Which implementation ran is read from the workers."""
+on this CPU (``conftest.other_attention``; the full matrix runs on the other one): ssd (LLaDA
+and Dream) and freedave (LLaDA) == the engine-free reference decoder (greedy at batch 6 and 1,
+seeded sampling), node logits over the paged cache == the PyTorch model, and TP=2 (Dream,
+one KV head replicated). Which implementation ran is read from the workers. ``stepwise`` is
+the one-node case of the same forward, so it is not run again here."""
 
 import pytest
 
+from e2e import test_dllm_decoding as decoding
+from e2e import test_dllm_tp as dllm_tp
 from e2e.conftest import attention_impls, other_attention, other_attention_fixture
-from e2e.test_dllm_decoding import (  # noqa: F401  (fixtures and tests collected here again)
-    TRACES,
-    engine,
-    models,
-    references,
-    test_outputs_equal_the_reference_decoder,
-)
-from e2e.test_dllm_decoding import (  # noqa: F401  (collected after the test above: its traces)
-    test_denoising_logits_equal_the_pytorch_reference,
-)
-from e2e.test_dllm_tp import test_tp2_dllm_equals_the_reference  # noqa: F401
+from e2e.test_dllm_decoding import TRACES, engine, models, references  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.e2e
 IMPL = other_attention("dllm")
@@ -25,5 +18,17 @@ IMPL = other_attention("dllm")
 _attention = other_attention_fixture("dllm", before=TRACES.clear)
 
 
-def test_the_engine_runs_that_implementation(engine):
-    assert attention_impls(engine("llada", "ssd")) == [[IMPL]]
+@pytest.mark.parametrize("kind,method", [("llada", "ssd"), ("llada", "freedave"),
+                                         ("dream", "ssd")])
+def test_outputs_equal_the_reference_decoder(engine, references, kind, method):
+    assert attention_impls(engine(kind, method)) == [[IMPL]]  # the engine runs IMPL
+    decoding.test_outputs_equal_the_reference_decoder(engine, references, kind, method)
+
+
+@pytest.mark.parametrize("kind", ["llada", "dream"])
+def test_denoising_logits_equal_the_pytorch_reference(models, kind):
+    decoding.test_denoising_logits_equal_the_pytorch_reference(models, kind)
+
+
+def test_tp2_dllm_equals_the_reference(tmp_path_factory, monkeypatch):
+    dllm_tp.test_tp2_dllm_equals_the_reference(tmp_path_factory, monkeypatch, "dream", "ssd")
