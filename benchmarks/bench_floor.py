@@ -12,6 +12,11 @@ not the model (scheduling, IPC, sampling, the proposer); the floor is the drafts
 ``engine`` minus no speculation's in the same round, over no speculation's period.
 
     .venv/bin/python -m benchmarks.bench_floor [--method jacobi] [--batch 1 8] [--repeats 3]
+        [--with-auto]
+
+``--with-auto`` adds the method's defaults under ``auto`` as a third row, so the same rounds
+show whether a gap is the floor or the steps ``auto`` drafts (its "floor" columns then read
+as its engine part over no speculation's).
 
 Same harness as every table (``compare``: one engine alive, rows rotated over the rounds,
 quiet-machine checks); the wall-clock speed-ups are printed too.
@@ -83,6 +88,7 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--with-auto", action="store_true", help="also time the defaults (auto)")
     args = ap.parse_args()
 
     from vllm import SamplingParams
@@ -90,11 +96,12 @@ def main() -> int:
     base = Config("no-spec (asarm)", model=C.ASARM) if args.method == "assd" else C.no_spec()
     off = _with_budget(_default_row(args.method), args.method, "cycle:0", "drafts off")
     off.name = off.family = f"{args.method} defaults, drafts off (cycle:0)"
-    for row in (base, off):
+    configs = [base, off] + ([_default_row(args.method)] if args.with_auto else [])
+    for row in configs:
         row.env, row.probe = dict(TIMING_ENV), step_probe
     prompts = load_prompts(args.prompts)
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True)
-    rows = compare(f"floor-{args.method}", TARGETS[args.method], [base, off], prompts, params,
+    rows = compare(f"floor-{args.method}", TARGETS[args.method], configs, prompts, params,
                    repeats=args.repeats, batch=args.batch,
                    describe=f"{len(prompts)} prompts x {args.max_tokens} tokens, greedy; "
                             f"step timing on", plots=False)
