@@ -29,6 +29,9 @@ tokens per second than plain steps did (``Realized``), the controller stops draf
 whatever the models predict (they can be optimistic: see ``core.jacobi_refined``),
 and tries its prediction again once that figure is ``stale_after`` steps old (times the
 probe back-off: a retry that keeps losing is spaced out with the probes).
+The books (``core/budget_guard``): drafting, chosen or probed, runs only while the net time
+the drafting steps lost against plain decoding (for the tokens they committed) is within
+``loss_share`` of the measured time, so no error of the models costs more than that share.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import operator
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .budget_guard import LossGuard
 from .budget_models import YOUNG_SAMPLES, Acceptance, Realized, StepCost
 from .budget_probes import ProbeSchedule
 from .budget_rows import candidates, deepest, prefix_sums
@@ -73,6 +77,10 @@ class BudgetSettings:
     # are verified, Jacobi iterates: the first step at a new depth refines, the next judge)
     probe_hold: int = 1
     max_backoff: int = 3  # probes back off to probe_every * 2**max_backoff (budget_probes)
+    # drafting runs only while its net loss against plain decoding is within this share of
+    # the measured time, over about ``loss_horizon`` steps (budget_guard)
+    loss_share: float = 0.02
+    loss_horizon: int = 256
 
 
 @dataclass
@@ -101,6 +109,7 @@ class BudgetController:
         self.cost = StepCost()
         self.accept = Acceptance(settings.max_drafts)
         self.realized = Realized()
+        self.guard = LossGuard(settings.loss_share, settings.loss_horizon)
         self.measured = 0  # steps whose cost was measured
         self.run = 0  # measured drafting steps in a row the controller chose (no probes)
         self.decisions = 0
@@ -110,7 +119,7 @@ class BudgetController:
         self.probes = ProbeSchedule(settings.probe_every, settings.warmup_steps,
                                     settings.max_backoff)
         self.totals = {"steps": 0, "steps_without_drafts": 0, "drafted": 0, "accepted": 0,
-                       "probes": 0}
+                       "probes": 0, "guarded": 0}
 
     # ------------------------------------------------------------------ measurements
     def record_step(self, rows: int, drafting: bool, seconds: float, batch: int = 0,
@@ -127,6 +136,9 @@ class BudgetController:
             self.run = self.run + 1 if settled else 0
             if batch and tokens and (not drafting or self.run > 1):
                 self.realized.observe(batch, drafting, tokens, seconds, self.decisions)
+            if batch and tokens:
+                self.guard.observe(drafting, seconds, tokens, batch,
+                                   self.cost.predict(batch, False))
 
     def record_verified(self, req_id: str, drafted: int, accepted: int) -> None:
         """One request's verification: ``drafted`` drafts, the first ``accepted`` kept."""
@@ -189,12 +201,16 @@ class BudgetController:
             best, best_val = anchor, anchor_val
         if best and self._drafting_lost(batch):  # reality overrules the prediction
             best, best_val = 0, plain
+        allowed = self.guard.allows()  # the books overrule everything (budget_guard)
+        if best and not allowed:
+            best, best_val = 0, plain
+            self.totals["guarded"] += 1
         self.chosen = best
-        held = self._held_rows(batch, len(order))
+        held = self._held_rows(batch, len(order)) if allowed else self._drop_held()
         if held is not None:  # an upward probe holding its row count
             return self._probe_caps(order, held, limits, best_val, plain)
         self.probes.judge(batch, best)
-        rows, probe = best, self.probes.due(self.decisions, self.measured)
+        rows, probe = best, allowed and self.probes.due(self.decisions, self.measured)
         if probe:  # a neighbour of the choice: no drafts, a few more rows, or twice as many
             self.totals["probes"] += 1
             self.probes.started(self.decisions, batch, best, self.measured)
@@ -229,6 +245,9 @@ class BudgetController:
         rows, held_batch, left = self.held
         self.held = (rows, batch, left - 1) if left > 1 and held_batch == batch else None
         return min(rows, total) if held_batch == batch and total else None
+
+    def _drop_held(self) -> None:
+        self.held = None
 
     def _probe_caps(self, order: list[tuple[float, int]], rows: int, limits: list[int],
                     best_val: float, plain: float) -> list[int]:
@@ -310,12 +329,14 @@ class BudgetController:
                 f"({why}); {t['steps_without_drafts']}/{t['steps']} steps without drafts, "
                 f"{acc:.0%} of {t['drafted']} drafts accepted, "
                 f"cost {self.cost.slope() * 1e3:.3f} ms per extra row, "
-                f"a probe every {self.probes.gap()} steps")
+                f"a probe every {self.probes.gap()} steps, "
+                f"net {self.guard.lost_share():+.1%} of the time lost to drafting "
+                f"({t['guarded']} choices to draft held back)")
 
     def state(self) -> dict:
         """Everything a decision depends on (TP ranks must agree; diagnostics fingerprint)."""
         return {"decisions": self.decisions, "measured": self.measured, "chosen": self.chosen,
-                "held": self.held, "probes": self.probes.state(),
+                "held": self.held, "probes": self.probes.state(), "guard": self.guard.state(),
                 "realized": sorted([list(k), [round(x, 9) for x in v]]
                                    for k, v in self.realized.table.items()),
                 "cost": {str(k): sorted((b, round(m.rows, 6), round(m.seconds, 9))
