@@ -79,7 +79,7 @@ class BudgetSettings:
     max_backoff: int = 3  # probes back off to probe_every * 2**max_backoff (budget_probes)
     # drafting runs only while its net loss against plain decoding is within this share of
     # the measured time, over about ``loss_horizon`` steps (budget_guard)
-    loss_share: float = 0.02
+    loss_share: float = 0.01
     loss_horizon: int = 256
 
 
@@ -93,6 +93,7 @@ class Decision:
     goodput: float = 0.0  # predicted tokens / s of the choice (0 when unknown)
     plain_goodput: float = 0.0  # predicted tokens / s with no drafts
     caps: list[int] = field(default_factory=list)
+    guarded: bool = False  # the loss guard allowed no drafting in this step
 
 
 class BudgetController:
@@ -201,7 +202,7 @@ class BudgetController:
             best, best_val = anchor, anchor_val
         if best and self._drafting_lost(batch):  # reality overrules the prediction
             best, best_val = 0, plain
-        allowed = self.guard.allows()  # the books overrule everything (budget_guard)
+        allowed = self.guard.allows(batch)  # the books overrule everything (budget_guard)
         if best and not allowed:
             best, best_val = 0, plain
             self.totals["guarded"] += 1
@@ -209,8 +210,11 @@ class BudgetController:
         held = self._held_rows(batch, len(order)) if allowed else self._drop_held()
         if held is not None:  # an upward probe holding its row count
             return self._probe_caps(order, held, limits, best_val, plain)
+        if not allowed:  # the step is plain (held and probes are off): say why
+            self.last = Decision(0, batch, False, best_val, plain, guarded=True)
+            return [0] * batch
         self.probes.judge(batch, best)
-        rows, probe = best, allowed and self.probes.due(self.decisions, self.measured)
+        rows, probe = best, self.probes.due(self.decisions, self.measured)
         if probe:  # a neighbour of the choice: no drafts, a few more rows, or twice as many
             self.totals["probes"] += 1
             self.probes.started(self.decisions, batch, best, self.measured)
@@ -330,7 +334,8 @@ class BudgetController:
                 f"{acc:.0%} of {t['drafted']} drafts accepted, "
                 f"cost {self.cost.slope() * 1e3:.3f} ms per extra row, "
                 f"a probe every {self.probes.gap()} steps, "
-                f"net {self.guard.lost_share():+.1%} of the time lost to drafting "
+                f"net {self.guard.lost_share(d.batch):+.1%} of the time lost to drafting "
+                f"at this batch size "
                 f"({t['guarded']} choices to draft held back)")
 
     def state(self) -> dict:

@@ -17,44 +17,58 @@ never binds. This is the conservative-exploration rule of the bandit literature 
 "Conservative Bandits", ICML 2016: explore only while the cumulative reward stays above a
 fixed fraction of the baseline's), with plain decoding as the baseline arm.
 
-Both sums are exponentially forgotten (``horizon`` measured steps) and credit is capped at
-``share * elapsed``, so the guarantee holds over the recent past: what drafting gained while
-it paid (batch 1) cannot be spent on a long losing stretch later (the same server under
-load). ``plain_seconds`` is the controller's own
-prediction of a plain step at that batch size (a low quantile of measured plain steps: noise
-only makes drafting look worse, the safe side). Engine-free; every input is shared over TP
-ranks, so every rank keeps the same books.
+The books are kept per batch size (where drafting pays differs with the load, and so does
+what a wrong prediction costs), both sums exponentially forgotten over ``horizon`` steps of
+that batch size: the guarantee holds over the recent past, and what drafting gained at batch
+1 cannot be spent on a losing stretch at batch 8. Credit within a book is capped at
+``credit * elapsed``: drafting that pays on average in bursts (Jacobi at batch 1: a cold chain
+accepts nothing for a few steps, then a converged one a dozen tokens at once) is not stopped
+by its cold steps, while a stretch where it stopped paying loses at most that share of a
+horizon before the guard binds. A new book opens as if ``horizon`` plain steps had passed,
+so an allowance is there from the first step (about two and a half plain steps' worth of loss at the default share: where a
+drafting step costs about a plain one, dozens of steps to learn whether drafting pays; where
+it costs several plain steps, one or two); it refills at ``share`` of each step.
 """
 
 from __future__ import annotations
 
 
 class LossGuard:
-    def __init__(self, share: float = 0.02, horizon: int = 256) -> None:
+    def __init__(self, share: float = 0.01, horizon: int = 256, credit: float = 0.25) -> None:
         self.share = share
-        self.keep = 1.0 - 1.0 / max(1, horizon)
-        self.elapsed = 0.0  # seconds of the measured steps (forgotten over ``horizon``)
-        self.lost = 0.0  # drafting steps' seconds beyond plain decoding's for their tokens
+        self.credit = credit  # the most a book's gains can bank, as a share of its time
+        self.horizon = max(1, horizon)
+        self.keep = 1.0 - 1.0 / self.horizon
+        # batch size -> [elapsed, lost]: seconds of its measured steps, and what its
+        # drafting steps lost (both forgotten over ``horizon`` of its steps)
+        self.books: dict[int, list[float]] = {}
 
     def observe(self, drafting: bool, seconds: float, tokens: int, batch: int,
                 plain_seconds: float | None) -> None:
         """One measured step: ``tokens`` committed over ``batch`` requests in ``seconds``;
         ``plain_seconds``: a plain step at this batch size (None: not known, not charged)."""
-        self.elapsed = self.elapsed * self.keep + seconds
-        self.lost *= self.keep
+        book = self.books.get(batch)
+        if book is None:  # opened as if a horizon of plain steps had passed
+            book = self.books[batch] = [self.horizon * (plain_seconds or seconds), 0.0]
+        book[0] = book[0] * self.keep + seconds
+        book[1] *= self.keep
         if drafting and plain_seconds and batch > 0:
-            self.lost += seconds - tokens * plain_seconds / batch
-        # credit is capped at the allowance: steps that paid cannot pay for a long losing
-        # stretch later (at most about twice the allowance is lost before the guard binds)
-        self.lost = max(self.lost, -self.share * self.elapsed)
+            book[1] += seconds - tokens * plain_seconds / batch
+        # credit is capped: steps that paid cannot pay for an unbounded losing stretch later
+        book[1] = max(book[1], -self.credit * book[0])
 
-    def allows(self) -> bool:
-        """Whether the next step may draft."""
-        return self.lost <= self.share * self.elapsed
+    def allows(self, batch: int) -> bool:
+        """Whether the next step, at this batch size, may draft."""
+        book = self.books.get(batch)
+        return book is None or book[1] <= self.share * book[0]
 
-    def lost_share(self) -> float:
-        """Net time lost to drafting over the recent past, as a share of it (< 0: it paid)."""
-        return self.lost / self.elapsed if self.elapsed > 0 else 0.0
+    def lost_share(self, batch: int | None = None) -> float:
+        """Net time lost to drafting over the recent past at this batch size (None: all),
+        as a share of it (< 0: it paid)."""
+        books = list(self.books.values()) if batch is None else \
+            [self.books[batch]] if batch in self.books else []
+        elapsed = sum(b[0] for b in books)
+        return sum(b[1] for b in books) / elapsed if elapsed > 0 else 0.0
 
-    def state(self) -> list[float]:
-        return [round(self.elapsed, 9), round(self.lost, 9)]
+    def state(self) -> list:
+        return sorted([b, round(e, 9), round(x, 9)] for b, (e, x) in self.books.items())

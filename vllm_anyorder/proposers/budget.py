@@ -127,7 +127,8 @@ class StepBudget:
         if self._trace is not None:
             line = {"rows": rows, "drafting": drafting, "clean": clean, "seconds": seconds,
                     "requests": outcomes, **({"unit": unit} if unit else {}),
-                    **({"depth": depth} if depth else {})}
+                    **({"depth": depth} if depth else {}),
+                    **({"guarded": True} if self.controller.last.guarded else {})}
             self._trace.write(json.dumps(line) + "\n")
             self._trace.flush()
         if self.controller.kind != "auto":
