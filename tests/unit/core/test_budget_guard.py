@@ -11,6 +11,7 @@ import random
 
 from vllm_anyorder.core.budget import BudgetController, BudgetSettings
 from vllm_anyorder.core.budget_guard import LossGuard
+from tests.unit.core.test_budget import verify
 
 PLAIN = 0.0116  # seconds of a plain step at batch 8 (ar-target-large, this CPU, bf16)
 
@@ -29,14 +30,7 @@ def drafter_run(share: float | None, accept: float, batch: int = 8, steps: int =
         caps = ctl.allot(ids, [16] * batch)
         rows = batch + sum(caps)
         seconds = PLAIN + (drafter + 0.0005 * rows if any(caps) else 0.0)
-        committed = 0
-        for req_id, k in zip(ids, caps):
-            n = 0
-            while n < k and rng.random() < accept:
-                n += 1
-            if k:
-                ctl.record_verified(req_id, k, n)
-            committed += n + 1
+        committed = verify(ctl, rng, ids, caps, [accept] * batch)
         ctl.record_step(rows, any(caps), seconds, batch, committed)
         spent += seconds
         tokens += committed
