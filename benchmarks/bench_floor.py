@@ -12,11 +12,13 @@ not the model (scheduling, IPC, sampling, the proposer); the floor is the drafts
 ``engine`` minus no speculation's in the same round, over no speculation's period.
 
     .venv/bin/python -m benchmarks.bench_floor [--method jacobi] [--batch 1 8] [--repeats 3]
-        [--with-auto]
+        [--with-auto] [--second-budget cycle:1]
 
 ``--with-auto`` adds the method's defaults under ``auto`` as a third row, so the same rounds
 show whether a gap is the floor or the steps ``auto`` drafts (its "floor" columns then read
-as its engine part over no speculation's).
+as its engine part over no speculation's). ``--second-budget cycle:1`` runs the second row
+with one draft per request every step instead of none: what one drafting step costs, split
+into the target's forward and ``sample_tokens`` (where a drafter runs).
 
 Same harness as every table (``compare``: one engine alive, rows rotated over the rounds,
 quiet-machine checks); the wall-clock speed-ups are printed too.
@@ -89,13 +91,16 @@ def main() -> int:
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--with-auto", action="store_true", help="also time the defaults (auto)")
+    ap.add_argument("--second-budget", default="cycle:0",
+                    help="the second row's budget (cycle:0: drafts off; cycle:1: one draft each)")
     args = ap.parse_args()
 
     from vllm import SamplingParams
 
     base = Config("no-spec (asarm)", model=C.ASARM) if args.method == "assd" else C.no_spec()
-    off = _with_budget(_default_row(args.method), args.method, "cycle:0", "drafts off")
-    off.name = off.family = f"{args.method} defaults, drafts off (cycle:0)"
+    label = "drafts off" if args.second_budget == "cycle:0" else "drafts"
+    off = _with_budget(_default_row(args.method), args.method, args.second_budget, label)
+    off.name = off.family = f"{args.method} defaults, {label} ({args.second_budget})"
     configs = [base, off] + ([_default_row(args.method)] if args.with_auto else [])
     for row in configs:
         row.env, row.probe = dict(TIMING_ENV), step_probe
