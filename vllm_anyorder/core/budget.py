@@ -207,12 +207,13 @@ class BudgetController:
             best, best_val = 0, plain
             self.totals["guarded"] += 1
         self.chosen = best
-        held = self._held_rows(batch, len(order)) if allowed else self._drop_held()
-        if held is not None:  # an upward probe holding its row count
-            return self._probe_caps(order, held, limits, best_val, plain)
-        if not allowed:  # the step is plain (held and probes are off): say why
+        if not allowed:  # a plain step: no held probe, no probe; the decision says why
+            self.held = None
             self.last = Decision(0, batch, False, best_val, plain, guarded=True)
             return [0] * batch
+        held = self._held_rows(batch, len(order))
+        if held is not None:  # an upward probe holding its row count
+            return self._probe_caps(order, held, limits, best_val, plain)
         self.probes.judge(batch, best)
         rows, probe = best, self.probes.due(self.decisions, self.measured)
         if probe:  # a neighbour of the choice: no drafts, a few more rows, or twice as many
@@ -249,9 +250,6 @@ class BudgetController:
         rows, held_batch, left = self.held
         self.held = (rows, batch, left - 1) if left > 1 and held_batch == batch else None
         return min(rows, total) if held_batch == batch and total else None
-
-    def _drop_held(self) -> None:
-        self.held = None
 
     def _probe_caps(self, order: list[tuple[float, int]], rows: int, limits: list[int],
                     best_val: float, plain: float) -> list[int]:

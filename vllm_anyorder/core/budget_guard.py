@@ -25,9 +25,10 @@ that batch size: the guarantee holds over the recent past, and what drafting gai
 accepts nothing for a few steps, then a converged one a dozen tokens at once) is not stopped
 by its cold steps, while a stretch where it stopped paying loses at most that share of a
 horizon before the guard binds. A new book opens as if ``horizon`` plain steps had passed,
-so an allowance is there from the first step (about two and a half plain steps' worth of loss at the default share: where a
-drafting step costs about a plain one, dozens of steps to learn whether drafting pays; where
-it costs several plain steps, one or two); it refills at ``share`` of each step.
+so an allowance is there from the first step (at the default share about two and a half
+plain steps' worth of loss: where a drafting step costs about a plain one, dozens of steps
+to learn whether drafting pays; where it costs several plain steps, one or two); it refills
+at ``share`` of each step.
 """
 
 from __future__ import annotations
@@ -62,13 +63,11 @@ class LossGuard:
         book = self.books.get(batch)
         return book is None or book[1] <= self.share * book[0]
 
-    def lost_share(self, batch: int | None = None) -> float:
-        """Net time lost to drafting over the recent past at this batch size (None: all),
-        as a share of it (< 0: it paid)."""
-        books = list(self.books.values()) if batch is None else \
-            [self.books[batch]] if batch in self.books else []
-        elapsed = sum(b[0] for b in books)
-        return sum(b[1] for b in books) / elapsed if elapsed > 0 else 0.0
+    def lost_share(self, batch: int) -> float:
+        """Net time lost to drafting over the recent past at this batch size, as a share
+        of it (< 0: it paid; 0 before any step)."""
+        elapsed, lost = self.books.get(batch, (0.0, 0.0))
+        return lost / elapsed if elapsed > 0 else 0.0
 
     def state(self) -> list:
         return sorted([b, round(e, 9), round(x, 9)] for b, (e, x) in self.books.items())
