@@ -137,9 +137,10 @@ class BudgetController:
             self.run = self.run + 1 if settled else 0
             if batch and tokens and (not drafting or self.run > 1):
                 self.realized.observe(batch, drafting, tokens, seconds, self.decisions)
-            if batch and tokens:
+            if batch and tokens:  # the guard's baseline: plain steps measured at this batch
+                known = self.cost.samples(batch, False) >= YOUNG_SAMPLES
                 self.guard.observe(drafting, seconds, tokens, batch,
-                                   self.cost.predict(batch, False))
+                                   self.cost.predict(batch, False) if known else None)
 
     def record_verified(self, req_id: str, drafted: int, accepted: int) -> None:
         """One request's verification: ``drafted`` drafts, the first ``accepted`` kept."""

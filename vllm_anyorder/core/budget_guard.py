@@ -25,10 +25,17 @@ that batch size: the guarantee holds over the recent past, and what drafting gai
 accepts nothing for a few steps, then a converged one a dozen tokens at once) is not stopped
 by its cold steps, while a stretch where it stopped paying loses at most that share of a
 horizon before the guard binds. A new book opens as if ``horizon`` plain steps had passed,
-so an allowance is there from the first step (at the default share about two and a half
-plain steps' worth of loss: where a drafting step costs about a plain one, dozens of steps
-to learn whether drafting pays; where it costs several plain steps, one or two); it refills
-at ``share`` of each step.
+so an allowance is there from its first drafting step (at the default share about two and a
+half plain steps' worth of loss: where a drafting step costs about a plain one, dozens of
+steps to learn whether drafting pays; where it costs several plain steps, one or two); it
+refills at ``share`` of each step.
+
+No baseline, no drafting: a book opens with the first step whose plain cost at that batch
+size was measured (the controller passes None before ``YOUNG_SAMPLES`` plain steps there),
+and a batch size without a book may not draft (a caller that never reports a step keeps no
+books, and the guard does not bind). A plain cost borrowed from other batch sizes
+can be far off (10.5 ms predicted for a 6.6 ms step at batch 8), and against it losing steps
+were booked as gains; the few plain steps that measure it lose nothing.
 """
 
 from __future__ import annotations
@@ -43,14 +50,18 @@ class LossGuard:
         # batch size -> [elapsed, lost]: seconds of its measured steps, and what its
         # drafting steps lost (both forgotten over ``horizon`` of its steps)
         self.books: dict[int, list[float]] = {}
+        self.keeping = False  # a step was reported: the books are kept
 
     def observe(self, drafting: bool, seconds: float, tokens: int, batch: int,
                 plain_seconds: float | None) -> None:
         """One measured step: ``tokens`` committed over ``batch`` requests in ``seconds``;
         ``plain_seconds``: a plain step at this batch size (None: not known, not charged)."""
+        self.keeping = True
         book = self.books.get(batch)
-        if book is None:  # opened as if a horizon of plain steps had passed
-            book = self.books[batch] = [self.horizon * (plain_seconds or seconds), 0.0]
+        if book is None:  # opened, once there is a baseline, as if a horizon of it had passed
+            if not plain_seconds:
+                return
+            book = self.books[batch] = [self.horizon * plain_seconds, 0.0]
         book[0] = book[0] * self.keep + seconds
         book[1] *= self.keep
         if drafting and plain_seconds and batch > 0:
@@ -59,9 +70,11 @@ class LossGuard:
         book[1] = max(book[1], -self.credit * book[0])
 
     def allows(self, batch: int) -> bool:
-        """Whether the next step, at this batch size, may draft."""
+        """Whether the next step, at this batch size, may draft (not before its book opens)."""
         book = self.books.get(batch)
-        return book is None or book[1] <= self.share * book[0]
+        if book is None:
+            return not self.keeping
+        return book[1] <= self.share * book[0]
 
     def lost_share(self, batch: int) -> float:
         """Net time lost to drafting over the recent past at this batch size, as a share
