@@ -47,7 +47,8 @@ from pathlib import Path
 from benchmarks.common import REPO
 from benchmarks.cost_profiles import Profile, fit_measured, load_profile
 from vllm_anyorder.core.assd_drafters import DRAFTERS
-from vllm_anyorder.core.budget import BudgetController, BudgetSettings
+from vllm_anyorder.core.budget import BudgetController
+from vllm_anyorder.core.budget_settings import BudgetSettings
 
 APPROXIMATION = ("replay approximation: a request capped at c commits min(A_t, c) + 1 tokens "
                  "in recorded step t; recorded steps, batches and contexts; prefill excluded")

@@ -37,7 +37,7 @@ class BudgetedConfig:
     budget: str = "auto"
 
     def validate_budget(self) -> None:
-        from vllm_anyorder.core.budget import parse_mode
+        from vllm_anyorder.core.budget_settings import parse_mode
 
         try:
             parse_mode(self.budget)

@@ -29,7 +29,7 @@ Outcome = tuple[str, int, int]
 
 class RefinedPositions:
     # an upward probe keeps its depth this many steps: the first refines the new positions,
-    # the next judges them (core.budget.BudgetSettings.probe_hold)
+    # the next judges them (core.budget_settings.BudgetSettings.probe_hold)
     probe_hold = 2
 
     def __init__(self) -> None:

@@ -39,7 +39,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from vllm_anyorder.contract import BudgetCounting
-from vllm_anyorder.core.budget import BudgetController, BudgetSettings
+from vllm_anyorder.core.budget import BudgetController
+from vllm_anyorder.core.budget_settings import BudgetSettings
 
 logger = logging.getLogger("vllm_anyorder")
 LOG_INTERVAL_ENV = "VLLM_ANYORDER_BUDGET_LOG_INTERVAL"  # seconds between summaries (0: off)

@@ -9,7 +9,8 @@ import random
 
 import pytest
 
-from vllm_anyorder.core.budget import BudgetController, BudgetSettings, parse_mode
+from vllm_anyorder.core.budget import BudgetController
+from vllm_anyorder.core.budget_settings import BudgetSettings, parse_mode
 from vllm_anyorder.core.budget_models import Acceptance, StepCost
 
 

@@ -9,7 +9,8 @@ the run's time against plain decoding's for the same tokens.
 
 import random
 
-from vllm_anyorder.core.budget import BudgetController, BudgetSettings
+from vllm_anyorder.core.budget import BudgetController
+from vllm_anyorder.core.budget_settings import BudgetSettings
 from vllm_anyorder.core.budget_guard import LossGuard
 from vllm_anyorder.core.budget_models import YOUNG_SAMPLES
 from tests.unit.core.test_budget import verify

@@ -1,6 +1,7 @@
 """The probe schedule's back-off (core/budget_probes.py), alone and inside the controller."""
 
-from vllm_anyorder.core.budget import BudgetController, BudgetSettings
+from vllm_anyorder.core.budget import BudgetController
+from vllm_anyorder.core.budget_settings import BudgetSettings
 from vllm_anyorder.core.budget_probes import ProbeSchedule
 
 
