@@ -18,7 +18,9 @@ Modes (``"budget"`` beside each method's options): ``auto`` (this controller), `
 configured sizes every step), ``cycle:a,b,...`` (test hook: per-request caps a, b, ... in turn,
 step by step, to switch sizes mid-request).
 
-Exploration: a measurement is only taken where the controller drafts, so now and then it
+Exploration: a step verifies at most twice the rows of the widest drafting step measured at
+its batch size or a larger one (``budget_rows.TrustRegion``), so rows grow by doubling.
+A measurement is only taken where the controller drafts, so now and then it
 probes a neighbour of its choice (no drafts when it drafts; a quarter more rows; twice the
 rows; at least one draft per request): often
 while it warms up, then every ``probe_every`` steps, backed off where probes keep leaving the
@@ -42,7 +44,7 @@ from typing import Callable
 from .budget_guard import LossGuard
 from .budget_models import YOUNG_SAMPLES, Acceptance, Realized, StepCost
 from .budget_probes import ProbeSchedule
-from .budget_rows import candidates, deepest, prefix_sums
+from .budget_rows import TrustRegion, candidates, deepest, prefix_sums
 from .budget_settings import BudgetSettings, Decision, parse_mode
 
 _gain = operator.itemgetter(0)
@@ -63,6 +65,7 @@ class BudgetController:
         self.cost = StepCost()
         self.accept = Acceptance(settings.max_drafts)
         self.realized = Realized()
+        self.trust = TrustRegion()
         self.guard = LossGuard(settings.loss_share, settings.loss_horizon)
         self.measured = 0  # steps whose cost was measured
         self.run = 0  # measured drafting steps in a row the controller chose (no probes)
@@ -84,6 +87,8 @@ class BudgetController:
         if seconds > 0:
             self.cost.observe(rows, drafting, seconds, self.decisions, self._stage(depth))
             self.measured += 1
+            if drafting:
+                self.trust.observe(batch or self.last.batch, rows)
             # realised goodput: plain steps, and drafting steps the controller chose after
             # one it also chose (the first after plain or a probe drafts a cold chain)
             settled = drafting and not self.last.probe
@@ -131,12 +136,9 @@ class BudgetController:
         if plain is None:  # nothing measured yet: plain decoding first, then grow from it
             self.last = Decision(0, batch, True)
             return [0] * batch
-        # trust region: at most twice the largest drafting step measured (one draft per
-        # request before any): rows are explored by doubling, never by a blind jump to the
-        # maximum (a full chain at batch 16 can cost many plain steps); probes look a little
-        # further (four more drafts per request at most)
-        reach = max(batch, 2 * self.cost.max_rows(True) - batch)
-        order = self._ranked_rows(req_ids, limits, 2 * reach + 4 * batch)  # best first
+        # the trust region (budget_rows.TrustRegion) bounds choices and probes alike
+        reach = self.trust.reach(batch)
+        order = self._ranked_rows(req_ids, limits, reach)  # best first
         gains = [g for g, _ in order]
         prefix = prefix_sums(gains)
         depth = deepest(order, batch)
@@ -177,7 +179,7 @@ class BudgetController:
             if best > 0 and kind == 0:
                 rows = 0 if self._stale(batch, False) else best
             else:  # the nearest row count above the choice not measured lately
-                up = self._probe_up(best, len(order), batch, far=kind == 2)
+                up = self._probe_up(best, reach, batch, far=kind == 2)
                 if up is not None:
                     if self.s.probe_hold > 1:
                         self.held = (up, batch, self.s.probe_hold - 1)
@@ -223,8 +225,8 @@ class BudgetController:
     def _probe_up(self, best: int, total: int, batch: int, far: bool) -> int | None:
         """Draft rows of an upward probe: the first count above ``best`` whose cost was not
         measured lately, within twice the choice (at least four more drafts per request:
-        ``far``) or a quarter more (at least one more per request); None when all of them
-        are fresh."""
+        ``far``) or a quarter more (at least one more per request), and within ``total``
+        (the trust region); None when all of them are fresh."""
         span = max(best, 4 * batch) if far else max(best // 4, batch)
         for r in candidates(min(total, best + span)):
             if r > best and self._stale(batch + r, True):
@@ -294,6 +296,7 @@ class BudgetController:
         """Everything a decision depends on (TP ranks must agree; diagnostics fingerprint)."""
         return {"decisions": self.decisions, "measured": self.measured, "chosen": self.chosen,
                 "held": self.held, "probes": self.probes.state(), "guard": self.guard.state(),
+                "trust": sorted(self.trust.widest.items()),
                 "realized": sorted([list(k), [round(x, 9) for x in v]]
                                    for k, v in self.realized.table.items()),
                 "cost": {str(k): sorted((b, round(m.rows, 6), round(m.seconds, 9))

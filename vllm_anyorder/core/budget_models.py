@@ -95,11 +95,6 @@ class StepCost:
             (m.rows, m.seconds if m.samples >= YOUNG_SAMPLES
              else min(m.seconds, _interpolate(mature, m.rows))) for m in table.values()))
 
-    def max_rows(self, drafting: bool) -> int:
-        """The most rows of a measured step of this arm, any stage (0 before any)."""
-        arms = [t for a, t in self.tables.items() if (a > 0) == bool(drafting)]
-        return int(max((m.rows for t in arms for m in t.values()), default=0))
-
     def _at(self, rows: int, drafting: bool) -> list[_Mean]:
         """This row count's bucket in every stage of the arm (plain: one)."""
         b = _bucket(rows)
