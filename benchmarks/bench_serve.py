@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -109,7 +110,8 @@ def text_repetition(texts: list[str], tokenizer) -> float:
                                    for t in texts]), 3)
 
 
-def run_method(label: str, row: Row, args, workdir: Path, prompts: Path) -> list[dict]:
+def run_method(label: str, row: Row, args, workdir: Path, prompts: Path,
+               round_: int = 0) -> list[dict]:
     points = [(d, c, r) for d in args.dataset for c in args.concurrency
               for r in args.request_rate]
     max_seqs = max(args.concurrency)
@@ -131,7 +133,8 @@ def run_method(label: str, row: Row, args, workdir: Path, prompts: Path) -> list
             texts = raw.get("generated_texts") or []
             repeated = text_repetition(texts, args.tokenizer)
             raw = {k: v for k, v in raw.items() if k not in PER_REQUEST}
-            rows.append({"method": label, "dataset": dataset, "concurrency": concurrency,
+            rows.append({"method": label, "round": round_, "dataset": dataset,
+                         "concurrency": concurrency,
                          "request_rate": rate, "temperature": args.temperature,
                          "startup_s": startup_s, **{k: raw.get(k) for k in KEPT},
                          "repetition_share": repeated, "outputs_sha1": hashlib.sha1(
@@ -140,6 +143,24 @@ def run_method(label: str, row: Row, args, workdir: Path, prompts: Path) -> list
                   f"{raw['output_throughput']:8.1f} tok/s  TPOT {raw['mean_tpot_ms']:7.2f} ms"
                   f"  repeated 4-grams {repeated:.0%}", flush=True)
     return rows
+
+
+def print_ratios(rows: list[dict], base: str = "none") -> None:
+    """Per method and point: the median output throughput and mean TPOT over its client runs
+    (rounds x repeated values), as ratios to ``base``'s medians."""
+    def key(r):
+        return r["dataset"], r["concurrency"], r["request_rate"]
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["method"],) + key(r), []).append(r)
+    for (method, *point), rs in groups.items():
+        ref = groups.get((base, *point))
+        if method == base or not ref:
+            continue
+        tput, tpot = (statistics.median(x[f] for x in rs) / statistics.median(x[f] for x in ref)
+                      for f in ("output_throughput", "mean_tpot_ms"))
+        print(f"{method:>12} {point[0]:>6} c={point[1]:<3} rate={point[2]:<4} median of "
+              f"{len(rs)} runs vs {base}: throughput {tput:.2f}x, mean TPOT {tpot:.2f}x")
 
 
 def parse_args(argv: list[str] | None):
@@ -166,6 +187,9 @@ def parse_args(argv: list[str] | None):
     ap.add_argument("--max-model-len", type=int, default=1024)
     ap.add_argument("--warmups", type=int, default=2, help="vLLM's --num-warmups")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per client run")
+    ap.add_argument("--rounds", type=int, default=1, help="servers per method, started in "
+                    "rotation (none, jacobi, none, jacobi, ...): one server's ratio carries "
+                    "the spread between server instances")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
@@ -192,8 +216,10 @@ def main(argv: list[str] | None = None) -> Path:
               "temperature": args.temperature,
               "methods": {label: {"speculative_config": r.spec, "additional_config": r.extra}
                           for label, r in rows.items()}, "rows": []}
-    for label, row in rows.items():  # one server at a time (context manager in run_method)
-        report["rows"] += run_method(label, row, args, workdir, prompts)
+    for round_ in range(args.rounds):  # methods in rotation, one server alive at a time
+        for label, row in rows.items():
+            report["rows"] += run_method(label, row, args, workdir, prompts, round_)
+    print_ratios(report["rows"])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1))
     from benchmarks.plots import write_serve_plot

@@ -3,6 +3,7 @@ of a serving benchmark: throughput and TPOT vs concurrency."""
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 
@@ -65,11 +66,11 @@ def write_serve_plot(rows: list[dict], out_prefix: Path, title: str) -> Path:
             (f" @ {r['request_rate']} req/s" if len(rates) > 1 else "")
         lines.setdefault(label, []).append(r)
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
-    for label, rs in lines.items():
-        rs = sorted(rs, key=lambda r: r["concurrency"])
-        x = [r["concurrency"] for r in rs]
-        left.plot(x, [r["output_throughput"] for r in rs], marker="o", label=label)
-        right.plot(x, [r["mean_tpot_ms"] for r in rs], marker="o", label=label)
+    for label, rs in lines.items():  # repeated client runs: their median per concurrency
+        x = sorted({r["concurrency"] for r in rs})
+        for ax, field in ((left, "output_throughput"), (right, "mean_tpot_ms")):
+            ax.plot(x, [statistics.median(r[field] for r in rs if r["concurrency"] == c)
+                        for c in x], marker="o", label=label)
     for ax, what in ((left, "output throughput (tokens/s)"), (right, "mean TPOT (ms)")):
         ax.set_xlabel("max concurrency (vLLM bench serve --max-concurrency)")
         ax.set_ylabel(what)
