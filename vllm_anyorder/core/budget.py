@@ -29,8 +29,10 @@ by ``hysteresis`` before the controller switches, so noise does not flap the dec
 Reality check: where the drafting steps it chose at a batch size really committed fewer
 tokens per second than plain steps did (``Realized``), the controller stops drafting there,
 whatever the models predict (they can be optimistic: see ``core.jacobi_refined``),
-and tries its prediction again once that figure is ``stale_after`` steps old (times the
-probe back-off: a retry that keeps losing is spaced out with the probes).
+and tries its prediction again once that figure is ``stale_after`` steps old, judged on
+the retry's own steps (not spaced out with the probes: while drafting is stopped, probes
+keep leaving the choice at plain, back off, and would postpone the retry for good; what
+retries lose, the books bound).
 The books (``core/budget_guard``): drafting, chosen or probed, runs only while the net time
 the drafting steps lost against plain decoding (for the tokens they committed) is within
 ``loss_share`` of the measured time, so no error of the models costs more than that share.
@@ -94,7 +96,8 @@ class BudgetController:
             settled = drafting and not self.last.probe
             self.run = self.run + 1 if settled else 0
             if batch and tokens and (not drafting or self.run > 1):
-                self.realized.observe(batch, drafting, tokens, seconds, self.decisions)
+                self.realized.observe(batch, drafting, tokens, seconds, self.decisions,
+                                      self._retry_after() if drafting else None)
             if batch and tokens:  # the guard's baseline: plain steps measured at this batch
                 known = self.cost.samples(batch, False) >= YOUNG_SAMPLES
                 self.guard.observe(drafting, seconds, tokens, batch,
@@ -194,9 +197,13 @@ class BudgetController:
         not count: the prediction is then tried again, a few steps every ``stale_after``; the
         plain one counts at any age, as plain steps are rare while drafting pays)."""
         now = self.decisions
-        drafting = self.realized.rate(batch, True, now, self.s.stale_after * self.probes.spacing())
+        drafting = self.realized.rate(batch, True, now, self._retry_after())
         plain = self.realized.rate(batch, False, now, now)
         return drafting is not None and plain is not None and drafting < plain
+
+    def _retry_after(self) -> int:
+        """Steps after which a drafting figure that stopped drafting is tried again."""
+        return self.s.stale_after
 
     def _held_rows(self, batch: int, total: int) -> int | None:
         """This step's rows of a held upward probe; None without one (a new batch size

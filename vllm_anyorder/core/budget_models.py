@@ -299,8 +299,13 @@ class Realized:
         self.table: dict[tuple[int, bool], list[float]] = {}
 
     def observe(self, batch: int, drafting: bool, tokens: int, seconds: float,
-                step: int) -> None:
-        t = self.table.setdefault((batch, bool(drafting)), [0.0, 0.0, 0.0, 0.0])
+                step: int, restart_after: int | None = None) -> None:
+        """One step; a figure last observed more than ``restart_after`` steps ago starts
+        afresh (the retry :meth:`rate` allows then is judged on its own steps, not drowned
+        in the stale figure that stopped drafting)."""
+        t = self.table.get((batch, bool(drafting)))
+        if t is None or (restart_after is not None and step - t[3] > restart_after):
+            t = self.table[(batch, bool(drafting))] = [0.0, 0.0, 0.0, 0.0]
         keep = 1.0 - self.decay
         t[0], t[1], t[2] = t[0] * keep + tokens, t[1] * keep + seconds, t[2] * keep + 1.0
         t[3] = step

@@ -45,7 +45,8 @@ from vllm_anyorder.core.budget_settings import BudgetSettings
 logger = logging.getLogger("vllm_anyorder")
 LOG_INTERVAL_ENV = "VLLM_ANYORDER_BUDGET_LOG_INTERVAL"  # seconds between summaries (0: off)
 # a directory: every worker appends one JSON line per step (what it verified, what it kept,
-# what the step cost) to trace-<pid>.jsonl there (benchmarks/budget_replay.py replays them)
+# what the step cost, ``t`` when it was written) to trace-<pid>.jsonl there
+# (benchmarks/budget_replay.py replays them)
 TRACE_ENV = "VLLM_ANYORDER_BUDGET_TRACE"
 
 
@@ -126,7 +127,8 @@ class StepBudget:
     def _record(self, live: list[str], rows: int, drafting: bool, clean: bool, seconds: float,
                 outcomes: list[tuple[str, int, int]], unit: str = "", depth: int = 0) -> None:
         if self._trace is not None:
-            line = {"rows": rows, "drafting": drafting, "clean": clean, "seconds": seconds,
+            line = {"t": round(time.perf_counter(), 6), "rows": rows, "drafting": drafting,
+                    "clean": clean, "seconds": seconds,
                     "requests": outcomes, **({"unit": unit} if unit else {}),
                     **({"depth": depth} if depth else {}),
                     **({"guarded": True} if self.controller.last.guarded else {})}

@@ -1,0 +1,43 @@
+"""The controller's reality check (``Realized`` in core/budget_models.py, used by
+core/budget.py): drafting that really committed fewer tokens per second than plain steps stops,
+and is tried again, on fresh steps, once its figure is stale."""
+
+from vllm_anyorder.core.budget import BudgetController
+from vllm_anyorder.core.budget_models import Realized
+from vllm_anyorder.core.budget_settings import BudgetSettings
+
+
+def test_a_stale_figure_restarts_on_its_next_step():
+    realized = Realized()
+    for step in range(40):
+        realized.observe(1, True, 1, 0.010, step)  # 100 tokens / s
+    assert round(realized.rate(1, True, 40, 100)) == 100
+    realized.observe(1, True, 5, 0.010, 300, restart_after=100)
+    assert realized.rate(1, True, 300, 100) is None  # one fresh step is not a figure yet
+    for step in range(301, 307):
+        realized.observe(1, True, 5, 0.010, step, restart_after=100)
+    assert round(realized.rate(1, True, 306, 100)) == 500  # nothing of the stale figure
+
+
+def drafting_share_after_a_losing_burst(recovery=800, last=300):
+    """Drafting pays (1.2x plain), then for a burst of 12 steps commits no draft while the
+    acceptance model is told nothing (as when Jacobi counts only refined positions), then pays
+    again: the share of the last ``last`` steps that drafted by choice (not probing)."""
+    ctl = BudgetController(BudgetSettings(max_drafts=4))
+    drafted = []
+    for step in range(300 + 12 + recovery):
+        caps = ctl.allot(["a"], [4])
+        k = caps[0]
+        losing = 300 <= step < 312
+        if k and not losing:
+            ctl.record_verified("a", k, k)
+        tokens = 1 + (k if not losing else 0)
+        ctl.record_step(1 + k, k > 0, 0.010 + 0.0075 * k + 0.001 * (k > 0), 1, tokens)
+        drafted.append(k > 0 and not ctl.last.probe)
+    return sum(drafted[-last:]) / last
+
+
+def test_drafting_stopped_by_a_losing_burst_resumes_once_it_pays_again():
+    # the retry is judged on its own steps; before, it was blended into the stale losing
+    # figure and stopped again at once (1 step of drafting per stale window)
+    assert drafting_share_after_a_losing_burst() > 0.8
