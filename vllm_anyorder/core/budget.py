@@ -35,11 +35,14 @@ keep leaving the choice at plain, back off, and would postpone the retry for goo
 retries lose, the books bound).
 The books (``core/budget_guard``): drafting, chosen or probed, runs only while the net time
 the drafting steps lost against plain decoding (for the tokens they committed) is within
-``loss_share`` of the measured time, so no error of the models costs more than that share.
+``loss_share`` of the measured time, and a step drafts no more rows than it could lose
+within what is left of that share if it accepted nothing, so no error of the models costs
+more than that share (up to the cost model's error on one step).
 """
 
 from __future__ import annotations
 
+import math
 import operator
 from typing import Callable
 
@@ -145,7 +148,9 @@ class BudgetController:
         gains = [g for g, _ in order]
         prefix = prefix_sums(gains)
         depth = deepest(order, batch)
-        reach = min(len(order), reach)
+        # no more rows than the books can lose if none is accepted (budget_guard)
+        reach = self._affordable(batch, min(len(order), reach), depth)
+        order = order[:reach]
         best, best_val = 0, plain
         for r in candidates(reach):
             val = self._goodput(batch, r, prefix[r], depth[r])
@@ -172,7 +177,7 @@ class BudgetController:
             return [0] * batch
         held = self._held_rows(batch, len(order))
         if held is not None:  # an upward probe holding its row count
-            return self._probe_caps(order, held, limits, best_val, plain)
+            return self._probe_caps(order, held, limits, best_val, plain, reach)
         self.probes.judge(batch, best)
         rows, probe = best, self.probes.due(self.decisions, self.measured)
         if probe:  # a neighbour of the choice: no drafts, a few more rows, or twice as many
@@ -186,7 +191,7 @@ class BudgetController:
                 if up is not None:
                     if self.s.probe_hold > 1:
                         self.held = (up, batch, self.s.probe_hold - 1)
-                    return self._probe_caps(order, up, limits, best_val, plain)
+                    return self._probe_caps(order, up, limits, best_val, plain, reach)
             probe = rows != best
         self.last = Decision(rows, batch, probe, best_val, plain)
         return self._caps(order, rows, batch)
@@ -215,12 +220,33 @@ class BudgetController:
         return min(rows, total) if held_batch == batch and total else None
 
     def _probe_caps(self, order: list[tuple[float, int]], rows: int, limits: list[int],
-                    best_val: float, plain: float) -> list[int]:
-        """An upward probe's caps: the ``rows`` best rows, and at least one draft each."""
+                    best_val: float, plain: float, most: int) -> list[int]:
+        """An upward probe's caps: the ``rows`` best rows, and at least one draft each
+        where that stays within ``most`` rows."""
         caps = self._caps(order, rows, len(limits))
-        caps = [c or min(1, lim) for c, lim in zip(caps, limits)]
+        lifted = [c or min(1, lim) for c, lim in zip(caps, limits)]
+        if sum(lifted) <= most:
+            caps = lifted
         self.last = Decision(sum(caps), len(limits), True, best_val, plain)
         return caps
+
+    def _affordable(self, batch: int, most: int, depth: list[int]) -> int:
+        """The most draft rows (<= ``most``) a step at this batch size may verify: if it
+        accepted none of them, it would lose no more than the books allow
+        (``LossGuard.allowance``; priced by the cost model, which never falls with rows)."""
+        room = self.guard.allowance(batch)
+        plain = self.cost.predict(batch, False)
+        if room == math.inf or plain is None:
+            return most
+        lo, hi = 0, most  # lo rows are affordable
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            seconds = self.cost.predict(batch + mid, True, self._stage(depth[mid]))
+            if seconds is not None and seconds - plain <= room:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
 
     def _free_switch(self, batch: int, anchor: int, best: int, depth: list[int]) -> bool:
         """More rows at no predicted extra cost (a flat cost curve): no reason to wait."""

@@ -12,7 +12,11 @@ the models got wrong -- a first drafter forward at a batch size never seen (``sp
 batch 8: a drafter forward over the whole context window costs more than the target's decode
 step), a young cost bucket priced optimistically, probes where drafts never pay, acceptance
 at T > 0 far below the prior -- the net time lost to drafting stays within ``share`` of the
-run, up to one step's overshoot. Where drafting pays, ``lost`` goes negative and the guard
+run, up to one step's overshoot. The overshoot is bounded too: a step drafts no more rows
+than it could lose within what is left of the allowance if it accepted nothing
+(:meth:`LossGuard.allowance`, priced by the cost model: at T = 0.8 under load, one step of
+139 rows at a batch size whose book had just opened took 56 ms against 12 ms plain steps and
+accepted nothing). Where drafting pays, ``lost`` goes negative and the guard
 never binds. This is the conservative-exploration rule of the bandit literature (Wu et al.,
 "Conservative Bandits", ICML 2016: explore only while the cumulative reward stays above a
 fixed fraction of the baseline's), with plain decoding as the baseline arm.
@@ -28,7 +32,10 @@ horizon before the guard binds. A new book opens as if ``horizon`` plain steps h
 so an allowance is there from its first drafting step (at the default share about two and a
 half plain steps' worth of loss: where a drafting step costs about a plain one, dozens of
 steps to learn whether drafting pays; where it costs several plain steps, one or two); it
-refills at ``share`` of each step.
+refills at ``share`` of each step. A new book opens owing what the book of the nearest batch
+size owes (its loss share, where positive): under load the batch size moves by one as
+requests come and go, and a fresh allowance at each would let every new batch size spend
+one whole allowance on what its neighbour has just learnt does not pay.
 
 No baseline, no drafting: a book opens with the first step whose plain cost at that batch
 size was measured (the controller passes None before ``YOUNG_SAMPLES`` plain steps there),
@@ -39,6 +46,8 @@ were booked as gains; the few plain steps that measure it lose nothing.
 """
 
 from __future__ import annotations
+
+import math
 
 
 class LossGuard:
@@ -61,7 +70,8 @@ class LossGuard:
         if book is None:  # opened, once there is a baseline, as if a horizon of it had passed
             if not plain_seconds:
                 return
-            book = self.books[batch] = [self.horizon * plain_seconds, 0.0]
+            elapsed = self.horizon * plain_seconds
+            book = self.books[batch] = [elapsed, max(0.0, self._near_share(batch)) * elapsed]
         book[0] = book[0] * self.keep + seconds
         book[1] *= self.keep
         if drafting and plain_seconds and batch > 0:
@@ -69,12 +79,27 @@ class LossGuard:
         # credit is capped: steps that paid cannot pay for an unbounded losing stretch later
         book[1] = max(book[1], -self.credit * book[0])
 
-    def allows(self, batch: int) -> bool:
-        """Whether the next step, at this batch size, may draft (not before its book opens)."""
+    def _near_share(self, batch: int) -> float:
+        """The loss share of the book nearest this batch size (the larger on a tie); 0 when
+        there is none."""
+        if not self.books:
+            return 0.0
+        near = min(self.books, key=lambda b: (abs(b - batch), -b))
+        return self.lost_share(near)
+
+    def allowance(self, batch: int) -> float:
+        """Seconds the next drafting step at this batch size may lose while the books hold
+        (< 0: none; inf where no books are kept; -inf before this batch size's book opens).
+        The controller drafts no more rows than a step that accepts nothing could lose
+        within it, so the books hold step by step up to the cost model's error."""
         book = self.books.get(batch)
         if book is None:
-            return not self.keeping
-        return book[1] <= self.share * book[0]
+            return -math.inf if self.keeping else math.inf
+        return self.share * book[0] - book[1]
+
+    def allows(self, batch: int) -> bool:
+        """Whether the next step, at this batch size, may draft (not before its book opens)."""
+        return self.allowance(batch) >= 0
 
     def lost_share(self, batch: int) -> float:
         """Net time lost to drafting over the recent past at this batch size, as a share
