@@ -149,7 +149,8 @@ class BudgetController:
         prefix = prefix_sums(gains)
         depth = deepest(order, batch)
         # no more rows than the books can lose if none is accepted (budget_guard)
-        reach = self._affordable(batch, min(len(order), reach), depth)
+        room, trusted = self.guard.allowance(batch), min(len(order), reach)
+        reach = self._affordable(batch, trusted, depth, room)
         order = order[:reach]
         best, best_val = 0, plain
         for r in candidates(reach):
@@ -164,11 +165,16 @@ class BudgetController:
         if best != anchor and best_val < anchor_val * (1 + self.s.hysteresis) and \
                 anchor_val >= plain and not self._free_switch(batch, anchor, best, depth):
             best, best_val = anchor, anchor_val
-        if best and self._drafting_lost(batch):  # reality overrules the prediction
+        lost = bool(best) and self._drafting_lost(batch)
+        if lost:  # reality overrules the prediction
             best, best_val = 0, plain
-        allowed = self.guard.allows(batch)  # the books overrule everything (budget_guard)
+        allowed = room >= 0  # the books overrule everything (budget_guard)
         if best and not allowed:
             best, best_val = 0, plain
+            self.totals["guarded"] += 1
+        elif not lost and best == reach < trusted and \
+                (self._goodput(batch, reach + 1, prefix[reach + 1], depth[reach + 1]) or 0.0) \
+                > best_val:  # the books' row bound held back one more predicted-better row
             self.totals["guarded"] += 1
         self.chosen = best
         if not allowed:  # a plain step: no held probe, no probe; the decision says why
@@ -230,11 +236,10 @@ class BudgetController:
         self.last = Decision(sum(caps), len(limits), True, best_val, plain)
         return caps
 
-    def _affordable(self, batch: int, most: int, depth: list[int]) -> int:
+    def _affordable(self, batch: int, most: int, depth: list[int], room: float) -> int:
         """The most draft rows (<= ``most``) a step at this batch size may verify: if it
-        accepted none of them, it would lose no more than the books allow
-        (``LossGuard.allowance``; priced by the cost model, which never falls with rows)."""
-        room = self.guard.allowance(batch)
+        accepted none of them, it would lose no more than ``room`` seconds, what the books
+        allow (``LossGuard.allowance``; priced by the cost model, never falling with rows)."""
         plain = self.cost.predict(batch, False)
         if room == math.inf or plain is None:
             return most
