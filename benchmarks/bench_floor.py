@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import configs as C  # noqa: E402
-from benchmarks.bench_budget import TARGETS, _default_row, _with_budget  # noqa: E402
+from benchmarks.bench_budget import TARGETS, _default_row, _with_budget, random_twin  # noqa: E402
 from benchmarks.common import REPO, load_prompts, machine_info  # noqa: E402
 from benchmarks.compare import Config, compare  # noqa: E402
 
@@ -91,6 +91,11 @@ def main() -> int:
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--with-auto", action="store_true", help="also time the defaults (auto)")
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--trace", default=None, help="with --with-auto: the auto row's budget "
+                    "trace directory (python -m benchmarks.trace_losses DIR)")
+    ap.add_argument("--random-target", action="store_true",
+                    help="a random-weight twin of the target (drafts almost never accepted)")
     ap.add_argument("--second-budget", default="cycle:0",
                     help="the second row's budget (cycle:0: drafts off; cycle:1: one draft each)")
     args = ap.parse_args()
@@ -104,15 +109,26 @@ def main() -> int:
     configs = [base, off] + ([_default_row(args.method)] if args.with_auto else [])
     for row in configs:
         row.env, row.probe = dict(TIMING_ENV), step_probe
+    if args.trace and args.with_auto:  # the auto row's steps, for benchmarks/trace_losses.py
+        Path(args.trace).mkdir(parents=True, exist_ok=True)
+        configs[-1].env["VLLM_ANYORDER_BUDGET_TRACE"] = str(Path(args.trace).resolve())
     prompts = load_prompts(args.prompts)
-    params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True)
-    rows = compare(f"floor-{args.method}", TARGETS[args.method], configs, prompts, params,
-                   repeats=args.repeats, batch=args.batch,
-                   describe=f"{len(prompts)} prompts x {args.max_tokens} tokens, greedy; "
-                            f"step timing on", plots=False)
+    params = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens,
+                            ignore_eos=True, seed=0 if args.temperature else None)
+    target = TARGETS[args.method]
+    if args.random_target:
+        if args.method == "assd":
+            raise SystemExit("--random-target: AR targets only (jacobi, specdiff)")
+        target = random_twin(target)
+    sampling = f"T={args.temperature}" if args.temperature else "greedy"
+    rows = compare(f"floor-{args.method}{'-random' if args.random_target else ''}", target,
+                   configs, prompts, params, repeats=args.repeats, batch=args.batch,
+                   describe=f"model {target.name}; {len(prompts)} prompts x {args.max_tokens} "
+                            f"tokens, {sampling}; step timing on", plots=False)
     table = floor_table(rows)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = REPO / "benchmarks" / "results" / f"floor-{args.method}-{stamp}-steps.json"
+    name = f"floor-{args.method}{'-random' if args.random_target else ''}"
+    out = REPO / "benchmarks" / "results" / f"{name}-{stamp}-steps.json"
     out.write_text(json.dumps({"machine": machine_info(), "steps": table,
                                "rounds": {r["method"]: [per_step(p) for p in r["probe_rounds"]]
                                           for r in rows}}, indent=1))

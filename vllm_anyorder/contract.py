@@ -78,6 +78,40 @@ class DraftProbsSource(Protocol):
         """(req_ids, probs ``[R, K, V]`` float32) of the last ``propose``, or None."""
 
 
+_CLASS_IMPLEMENTS: dict[tuple[type, type], bool] = {}
+
+
+def implements(obj: Any, protocol: type) -> bool:
+    """``isinstance(obj, protocol)`` for the runner hooks' per-step checks, for a protocol of
+    methods (not :class:`BudgetCounting`). A runtime-checkable protocol's ``isinstance``
+    looks up every member on each call (6-13 us on CPython 3.11, three to four times a step,
+    in engines without speculation too); here a class that has them all answers from a
+    cache, and so does an object that cannot hold them itself (no instance ``__dict__``, or
+    none of them in it); anything else asks ``isinstance``."""
+    cls = type(obj)
+    members = _methods(protocol)
+    hit = _CLASS_IMPLEMENTS.get((cls, protocol))
+    if hit is None:
+        hit = _CLASS_IMPLEMENTS[(cls, protocol)] = all(hasattr(cls, m) for m in members)
+    if hit:
+        return True
+    own = getattr(obj, "__dict__", None)
+    if not own or not any(m in own for m in members):
+        return False if not hasattr(cls, "__getattr__") else isinstance(obj, protocol)
+    return isinstance(obj, protocol)
+
+
+_METHODS: dict[type, tuple[str, ...]] = {}
+
+
+def _methods(protocol: type) -> tuple[str, ...]:
+    found = _METHODS.get(protocol)
+    if found is None:
+        found = _METHODS[protocol] = tuple(n for n, v in vars(protocol).items()
+                                           if callable(v) and not n.startswith("_"))
+    return found
+
+
 # (req_id, drafts verified, drafts accepted) of one request in one step
 Outcome = tuple[str, int, int]
 

@@ -153,10 +153,15 @@ class BudgetController:
         reach = self._affordable(batch, trusted, depth, room)
         order = order[:reach]
         best, best_val = 0, plain
+        need, ceiling = plain * (1 + self.s.margin), batch + prefix[reach]
         for r in candidates(reach):
-            val = self._goodput(batch, r, prefix[r], depth[r])
-            if val is not None and val > best_val * (1 + 1e-9) and \
-                    val >= plain * (1 + self.s.margin):
+            seconds = self._seconds(batch, r, depth[r])
+            if seconds is None:
+                continue
+            if self.stages is None and ceiling / seconds < max(need, best_val * (1 + 1e-9)):
+                break  # no more rows can win: gains at most ``ceiling``, cost never falls
+            val = (batch + prefix[r]) / seconds
+            if val > best_val * (1 + 1e-9) and val >= need:
                 best, best_val = r, val
         anchor = min(self.chosen, len(order))
         anchor_val = self._goodput(batch, anchor, prefix[anchor], depth[anchor]) or 0.0
@@ -302,10 +307,14 @@ class BudgetController:
         return stage
 
     def _goodput(self, batch: int, rows: int, gain: float, depth: int = 0) -> float | None:
+        seconds = self._seconds(batch, rows, depth)
+        return None if seconds is None else (batch + gain) / seconds
+
+    def _seconds(self, batch: int, rows: int, depth: int = 0) -> float | None:
+        """Predicted seconds of a step at this batch size with ``rows`` draft rows (None
+        before any measurement)."""
         seconds = self.cost.predict(batch + rows, rows > 0, self._stage(depth))
-        if seconds is None or seconds <= 0:
-            return None
-        return (batch + gain) / seconds
+        return seconds if seconds is not None and seconds > 0 else None
 
     @staticmethod
     def _caps(order: list[tuple[float, int]], rows: int, batch: int) -> list[int]:

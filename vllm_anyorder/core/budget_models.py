@@ -59,13 +59,18 @@ class StepCost:
         # arm -> buckets; arm 0 (== False) plain, arm s >= 1 drafting with s drafter forwards
         # (arm 1 == True: every method whose drafting cost does not depend on depth)
         self.tables: dict[int, dict[int, _Mean]] = {False: {}, True: {}}
-        self._curves: dict[int, list[tuple[float, float]]] = {}  # predict's, until a sample
+        # derived, until a sample changes them: predict's curves (any sample: the drafting
+        # arms' curves hold plain points) and each arm's points (a sample of that arm)
+        self._curves: dict[int, list[tuple[float, float]]] = {}
+        self._points: dict[int, list[tuple[float, float]]] = {}
 
     def observe(self, rows: int, drafting: bool, seconds: float, step: int,
                 stage: int = 1) -> None:
-        table = self.tables.setdefault(_arm(drafting, stage), {})
+        arm = _arm(drafting, stage)
+        table = self.tables.setdefault(arm, {})
         mean = table.get(_bucket(rows))
         self._curves.clear()
+        self._points.pop(arm, None)
         if mean is None:
             table[_bucket(rows)] = _Mean(float(rows), float(seconds), 1, step)
             return
@@ -86,7 +91,14 @@ class StepCost:
         last slope, out of reach for good, since nothing is measured where nothing is chosen.
         Optimism costs at most a few steps: those steps are measured, and a bucket that is
         slow three times over is mature and stands."""
-        table = self.tables.get(_arm(drafting, stage), {})
+        arm = _arm(drafting, stage)
+        pts = self._points.get(arm)
+        if pts is None:
+            pts = self._points[arm] = self._measured_points(self.tables.get(arm, {}))
+        return pts
+
+    @staticmethod
+    def _measured_points(table: dict[int, _Mean]) -> list[tuple[float, float]]:
         mature = _monotone(sorted((m.rows, m.seconds) for m in table.values()
                                   if m.samples >= YOUNG_SAMPLES))
         if len(mature) < 2:
@@ -205,6 +217,8 @@ class Acceptance:
         # engine-wide exponentially forgotten (accepted, tried) per position
         self.engine = [[0.0, 0.0] for _ in range(self.n)]
         self.requests: dict[str, list[list[float]]] = {}
+        # req_id -> positions with counts (the deepest judged + 1; counts beyond are 0)
+        self._judged: dict[str, int] = {}
         self._engine_rates: list[float] | None = None
 
     def observe(self, req_id: str, drafted: int, accepted: int) -> None:
@@ -214,6 +228,9 @@ class Acceptance:
             return
         self._engine_rates = None
         own = self.requests.setdefault(req_id, [[0.0, 0.0] for _ in range(self.n)])
+        judged = min(drafted, accepted + 1)  # positions this chain had judged
+        if judged > self._judged.get(req_id, 0):
+            self._judged[req_id] = judged
         for j in range(drafted):
             if j > accepted:  # never judged: the chain was cut at position accepted + 1
                 break
@@ -272,13 +289,14 @@ class Acceptance:
         own = self.requests.get(req_id)
         if own is not None:
             keep = 1.0 - self.request_decay
-            for counts in own:
+            for counts in own[:self._judged.get(req_id, 0)]:  # the rest are zeros
                 counts[0] *= keep
                 counts[1] *= keep
 
     def forget(self, live: set[str]) -> None:
         for req_id in [r for r in self.requests if r not in live]:
             del self.requests[req_id]
+            self._judged.pop(req_id, None)
 
 
 class Realized:

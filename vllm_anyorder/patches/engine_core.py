@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 
 from vllm_anyorder import _compat
-from vllm_anyorder.contract import VerificationObserver
+from vllm_anyorder.contract import VerificationObserver, implements
 
 # the attribute of ModelRunnerOutput that carries the step's drafts to the EngineCore
 DRAFTS_ATTR = "anyorder_draft_token_ids"
@@ -50,7 +50,7 @@ def apply_drafts_with_output() -> None:
         full_step = getattr(self, "execute_model_state", None) is not None
         output = original_sample(self, *args, **kwargs)
         if full_step and isinstance(output, output_cls) and \
-                isinstance(getattr(self, "drafter", None), VerificationObserver):
+                implements(getattr(self, "drafter", None), VerificationObserver):
             setattr(output, DRAFTS_ATTR, self.take_draft_token_ids())
         return output
 

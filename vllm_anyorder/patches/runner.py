@@ -6,7 +6,8 @@ from __future__ import annotations
 import functools
 
 from vllm_anyorder import _compat
-from vllm_anyorder.contract import DraftProbsSource, RunnerView, VerificationObserver
+from vllm_anyorder.contract import (DraftProbsSource, RunnerView, VerificationObserver,
+                                    implements)
 
 def apply_verification_hook() -> None:
     """Show an anyorder proposer the target's logits of every verified row.
@@ -32,7 +33,7 @@ def apply_verification_hook() -> None:
     @functools.wraps(original)
     def _sample(self, logits, spec_decode_metadata):
         drafter = getattr(self, "drafter", None)
-        if logits is not None and isinstance(drafter, VerificationObserver):
+        if logits is not None and implements(drafter, VerificationObserver):
             drafter.observe_verification(RunnerView.of(self), logits, spec_decode_metadata)
         return original(self, logits, spec_decode_metadata)
 
@@ -72,7 +73,7 @@ def apply_draft_probs_handover() -> None:
     def propose_draft_token_ids(self, *args, **kwargs):
         drafts = original(self, *args, **kwargs)
         drafter = getattr(self, "drafter", None)
-        if isinstance(drafter, DraftProbsSource):
+        if implements(drafter, DraftProbsSource):
             handed = drafter.take_draft_probs()
             if handed is not None:
                 req_ids, probs = handed
@@ -96,7 +97,7 @@ def apply_draft_probs_handover() -> None:
 
         ids = self._draft_prob_req_ids
         if self._draft_probs is not None and ids is not None and \
-                isinstance(getattr(self, "drafter", None), DraftProbsSource):
+                implements(getattr(self, "drafter", None), DraftProbsSource):
             drafts = spec_decode_metadata.draft_token_ids.tolist()
             start, padded = 0, []
             for req_id, n in zip(self.input_batch.req_ids,
@@ -142,7 +143,7 @@ def apply_plain_decode_steps() -> None:
     def _prepare_inputs(self, scheduler_output, *args, **kwargs):
         spec = self.speculative_config
         if spec is None or scheduler_output.scheduled_spec_decode_tokens or \
-                not isinstance(getattr(self, "drafter", None), VerificationObserver) or \
+                not implements(getattr(self, "drafter", None), VerificationObserver) or \
                 getattr(self.model_config, "is_hybrid", False):
             return original(self, scheduler_output, *args, **kwargs)
         self.speculative_config = None

@@ -70,6 +70,7 @@ class StepBudget:
         self.tp_group = tp_group  # vLLM's TP GroupCoordinator when world size > 1
         self._pending: _Pending | None = None
         self._scheduled: dict[str, int] = {}
+        self._live: tuple[str, ...] = ()  # the batch at the last forget
         self._log_every = float(os.environ.get(LOG_INTERVAL_ENV, "30"))
         self._logged = time.monotonic()
         # rank 0 leaves its state here once a second for the front-end's metrics
@@ -145,10 +146,12 @@ class StepBudget:
             # a denoising round's baseline steps moved, the currency its goodput is in)
             tokens = sum(a + 1 for _, _, a in outcomes)
             self.controller.record_step(rows, drafting, seconds, len(outcomes), tokens, depth)
-        live_set = set(live)
-        self.controller.forget(live_set)
-        if self.counting is not None:
-            self.counting.forget(live_set)
+        if tuple(live) != self._live:  # requests left: drop their state (else nothing to do)
+            self._live = tuple(live)
+            live_set = set(live)
+            self.controller.forget(live_set)
+            if self.counting is not None:
+                self.counting.forget(live_set)
 
     def caps(self, req_ids: list[str], limits: list[int]) -> list[int]:
         return self.controller.allot(req_ids, limits)

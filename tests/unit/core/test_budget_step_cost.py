@@ -1,0 +1,81 @@
+"""The budget's per-step work stays small without changing a decision (issue 22: the overhead
+when the controller drafts nothing is part of every plain step's cost).
+
+Each shortcut is checked against the long way: the candidate scan that stops once no more
+rows can win, the relaxation that only touches positions with counts, the cached cost points.
+"""
+
+import random
+
+import pytest
+
+from vllm_anyorder.core.budget import BudgetController
+from vllm_anyorder.core.budget_models import Acceptance, StepCost
+from vllm_anyorder.core.budget_settings import BudgetSettings
+
+
+def _run(ctl: BudgetController, accept: list[float], cost, steps: int, seed: int) -> list:
+    rng = random.Random(seed)
+    req_ids = [f"r{i}" for i in range(len(accept))]
+    caps_seen = []
+    for step in range(steps):
+        if step and step % 97 == 0:  # a request leaves, another joins
+            req_ids = req_ids[1:] + [f"n{step}"]
+        caps = ctl.allot(req_ids, [16] * len(req_ids))
+        rows = len(req_ids) + sum(caps)
+        tokens = 0
+        for req_id, k, p in zip(req_ids, caps, accept):
+            n = 0
+            while n < k and rng.random() < p:
+                n += 1
+            if k:
+                ctl.record_verified(req_id, k, n)
+            tokens += n + 1
+        seconds = cost(rows, any(caps)) * (1 + 0.2 * rng.random())
+        ctl.record_step(rows, any(caps), seconds, len(req_ids), tokens)
+        ctl.forget(set(req_ids))
+        caps_seen.append(caps)
+    return caps_seen
+
+
+def test_the_candidate_scan_stops_early_without_changing_a_decision():
+    # ``stages`` returning 1 prices every depth exactly as no ``stages`` does, but turns the
+    # early stop off (it needs cost that never falls with rows within one stage): the two
+    # controllers must decide the same, step for step, across regimes that draft and not
+    curves = [lambda r, d: 0.004 + 0.0002 * r + 0.001 * d,  # rows cheap: drafts pay
+              lambda r, d: 0.004 * r,  # every row a plain step: never
+              lambda r, d: 0.004 + 0.0001 * max(0, r - 9) + 0.0005 * d]  # flat, then a knee
+    for curve in curves:
+        for accept in ([0.0], [0.8], [0.0, 0.9, 0.3, 0.6], [0.05] * 8):
+            fast = _run(BudgetController(BudgetSettings(max_drafts=16)), accept, curve, 400, 1)
+            slow = _run(BudgetController(BudgetSettings(max_drafts=16), lambda depth: 1),
+                        accept, curve, 400, 1)
+            assert fast == slow
+
+
+def test_relax_fades_every_judged_position_and_leaves_the_rest_zero():
+    acc = Acceptance(8, request_decay=0.5)
+    acc.observe("r", 6, 2)  # positions 0, 1 accepted, 2 rejected, 3-5 never judged
+    acc.relax("r")
+    own = acc.requests["r"]
+    assert own[:3] == [[0.5, 0.5], [0.5, 0.5], [0.0, 0.5]]
+    assert all(c == [0.0, 0.0] for c in own[3:])
+    acc.observe("r", 8, 7)  # deeper now: every position judged
+    acc.relax("r")
+    assert own[7] == [0.0, 0.5] and own[6] == [0.5, 0.5]
+    acc.forget(set())
+    assert acc.requests == {} and acc._judged == {}
+
+
+def test_cached_cost_points_follow_every_sample():
+    cost = StepCost()
+    for _ in range(3):
+        cost.observe(1, False, 0.010, 0)
+        cost.observe(9, True, 0.012, 0)
+    drafting = cost.points(True)
+    assert cost.points(True) is drafting  # cached
+    cost.observe(1, False, 0.008, 1)  # a plain sample: the drafting points stand
+    assert cost.points(True) is drafting
+    assert cost.predict(1, False) == pytest.approx(0.009)  # halfway to a faster sample
+    cost.observe(9, True, 0.006, 2)
+    assert cost.points(True) is not drafting and cost.predict(9, True) < 0.012
