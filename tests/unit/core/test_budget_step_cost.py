@@ -12,6 +12,7 @@ import pytest
 from vllm_anyorder.core.budget import BudgetController
 from vllm_anyorder.core.budget_models import Acceptance, StepCost
 from vllm_anyorder.core.budget_settings import BudgetSettings
+from tests.unit.core.test_budget import verify
 
 
 def _run(ctl: BudgetController, accept: list[float], cost, steps: int, seed: int) -> list:
@@ -23,14 +24,7 @@ def _run(ctl: BudgetController, accept: list[float], cost, steps: int, seed: int
             req_ids = req_ids[1:] + [f"n{step}"]
         caps = ctl.allot(req_ids, [16] * len(req_ids))
         rows = len(req_ids) + sum(caps)
-        tokens = 0
-        for req_id, k, p in zip(req_ids, caps, accept):
-            n = 0
-            while n < k and rng.random() < p:
-                n += 1
-            if k:
-                ctl.record_verified(req_id, k, n)
-            tokens += n + 1
+        tokens = verify(ctl, rng, req_ids, caps, accept)
         seconds = cost(rows, any(caps)) * (1 + 0.2 * rng.random())
         ctl.record_step(rows, any(caps), seconds, len(req_ids), tokens)
         ctl.forget(set(req_ids))

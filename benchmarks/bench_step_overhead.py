@@ -1,0 +1,126 @@
+"""The plugin's own work per engine step (issue 22: "overhead when the controller drafts
+nothing <= 3% of a no-speculation step"), measured where it runs, without the engine's noise.
+
+Two measurements:
+
+* ``--controller``: the speculation budget alone (``proposers/budget.StepBudget`` around
+  ``core/budget.BudgetController``), fed a simulated engine (a plain step of 4 ms plus 0.3 ms
+  per row; every draft rejected, or each accepted with ``--accept``), microseconds per step
+  of ``verified`` + ``begin`` + ``caps`` + ``end``, the calls a proposer makes each step.
+* default: an engine in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: no IPC, so the
+  step's time is the worker's own), ``jacobi`` at T=0.8 on the random-weight twin of
+  ``models/ar-target`` (drafts never accepted: ``auto`` drafts almost nothing), with the
+  proposer's hooks timed: milliseconds per step of ``propose`` (budget + drafting) and
+  ``observe_verification``, next to the whole step.
+
+    .venv/bin/python -m benchmarks.bench_step_overhead --controller [--batch 1 8 16]
+    .venv/bin/python -m benchmarks.bench_step_overhead [--budget auto] [--batch 1 16]
+
+Figures: benchmarks/RESULTS.md ("The plugin's per-step work"). Timings on a 2-core VM move
+by 10-20% between runs; compare settings within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def controller_us(batch: int, accept: float, steps: int = 3000, seed: int = 0) -> float:
+    """Microseconds per step of the budget's calls under a simulated engine."""
+    import random
+
+    from vllm_anyorder.core.jacobi_refined import RefinedPositions
+    from vllm_anyorder.proposers.budget import StepBudget
+
+    rng = random.Random(seed)
+    budget = StepBudget("auto", 16, counting=RefinedPositions())
+    req_ids = [f"r{i}" for i in range(batch)]
+    caps, spent = [0] * batch, 0.0
+    for _ in range(steps):
+        sampled = [[1] * (1 + sum(1 for _ in range(k) if rng.random() < accept)) for k in caps]
+        start = time.perf_counter()
+        budget.verified(req_ids, caps if any(caps) else None)
+        if budget._pending is not None:  # the step "took" what the simulated engine says
+            budget._pending.start = time.perf_counter() - (0.004 + 0.0003 * (batch + sum(caps)))
+        budget.begin(req_ids, sampled)
+        caps = budget.caps(req_ids, [16] * batch)
+        for req_id, cap in zip(req_ids, caps):
+            if cap:
+                budget.counting.drafted(req_id, 0)
+        budget.end(req_ids, [[5] * c for c in caps], time.perf_counter())
+        spent += time.perf_counter() - start
+    return 1e6 * spent / steps
+
+
+def engine_ms(budget: str, batches: list[int]) -> None:
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    from vllm_anyorder.proposers.jacobi import JacobiProposer
+
+    spent, calls = defaultdict(float), defaultdict(int)
+
+    def timed(name: str) -> None:
+        fn = getattr(JacobiProposer, name)
+
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[name] += time.perf_counter() - start
+                calls[name] += 1
+
+        setattr(JacobiProposer, name, wrapper)
+
+    timed("propose")
+    timed("observe_verification")
+    from vllm import LLM, SamplingParams
+
+    from benchmarks.bench_budget import TARGETS, random_twin
+    from benchmarks.common import cpu_dtype, load_prompts
+
+    llm = LLM(str(random_twin(TARGETS["jacobi"])), dtype=cpu_dtype()[0], max_model_len=512,
+              speculative_config={"method": "jacobi", "num_speculative_tokens": 16},
+              additional_config={"anyorder": {"jacobi": {"budget": budget}}})
+    prompts = load_prompts(16)
+    params = SamplingParams(temperature=0.8, max_tokens=128, ignore_eos=True, seed=0)
+    llm.generate(prompts[:2], params, use_tqdm=False)  # warm-up
+    for batch in batches:
+        spent.clear()
+        calls.clear()
+        start = time.perf_counter()
+        for i in range(0, max(4, batch), batch):
+            llm.generate(prompts[i:i + batch], params, use_tqdm=False)
+        wall = time.perf_counter() - start
+        steps = max(1, calls["propose"])
+        print(f"batch {batch:>2} budget {budget}: {steps} steps, {1e3 * wall / steps:.3f} ms "
+              f"per step; propose {1e3 * spent['propose'] / steps:.3f} ms, "
+              f"observe_verification {1e3 * spent['observe_verification'] / steps:.3f} ms")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--controller", action="store_true", help="the budget alone, no engine")
+    ap.add_argument("--batch", type=int, nargs="+", default=None)
+    ap.add_argument("--accept", type=float, nargs="+", default=[0.0, 0.7])
+    ap.add_argument("--budget", default="auto")
+    args = ap.parse_args()
+    if args.controller:
+        for batch in args.batch or [1, 8, 16]:
+            for accept in args.accept:
+                print(f"batch {batch:>2}, drafts accepted with p={accept}: "
+                      f"{controller_us(batch, accept):.1f} us per step")
+        return 0
+    engine_ms(args.budget, args.batch or [1, 16])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
