@@ -100,7 +100,7 @@ class BudgetController:
             self.run = self.run + 1 if settled else 0
             if batch and tokens and (not drafting or self.run > 1):
                 self.realized.observe(batch, drafting, tokens, seconds, self.decisions,
-                                      self._retry_after() if drafting else None)
+                                      self.s.stale_after if drafting else None)
             if batch and tokens:  # the guard's baseline: plain steps measured at this batch
                 known = self.cost.samples(batch, False) >= YOUNG_SAMPLES
                 self.guard.observe(drafting, seconds, tokens, batch,
@@ -213,13 +213,9 @@ class BudgetController:
         not count: the prediction is then tried again, a few steps every ``stale_after``; the
         plain one counts at any age, as plain steps are rare while drafting pays)."""
         now = self.decisions
-        drafting = self.realized.rate(batch, True, now, self._retry_after())
+        drafting = self.realized.rate(batch, True, now, self.s.stale_after)
         plain = self.realized.rate(batch, False, now, now)
         return drafting is not None and plain is not None and drafting < plain
-
-    def _retry_after(self) -> int:
-        """Steps after which a drafting figure that stopped drafting is tried again."""
-        return self.s.stale_after
 
     def _held_rows(self, batch: int, total: int) -> int | None:
         """This step's rows of a held upward probe; None without one (a new batch size
