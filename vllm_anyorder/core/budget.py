@@ -49,7 +49,8 @@ from typing import Callable
 from .budget_guard import LossGuard
 from .budget_models import YOUNG_SAMPLES, Acceptance, Realized, StepCost
 from .budget_probes import ProbeSchedule
-from .budget_rows import TrustRegion, candidates, deepest, prefix_sums
+from .budget_report import describe, fingerprint
+from .budget_rows import TrustRegion, candidates, caps_of, deepest, prefix_sums
 from .budget_settings import BudgetSettings, Decision, parse_mode
 
 _gain = operator.itemgetter(0)
@@ -205,7 +206,7 @@ class BudgetController:
                     return self._probe_caps(order, up, limits, best_val, plain, reach)
             probe = rows != best
         self.last = Decision(rows, batch, probe, best_val, plain)
-        return self._caps(order, rows, batch)
+        return caps_of(order, rows, batch)
 
     def _drafting_lost(self, batch: int) -> bool:
         """The drafting steps chosen at this batch size lately really committed fewer tokens
@@ -230,7 +231,7 @@ class BudgetController:
                     best_val: float, plain: float, most: int) -> list[int]:
         """An upward probe's caps: the ``rows`` best rows, and at least one draft each
         where that stays within ``most`` rows."""
-        caps = self._caps(order, rows, len(limits))
+        caps = caps_of(order, rows, len(limits))
         lifted = [c or min(1, lim) for c, lim in zip(caps, limits)]
         if sum(lifted) <= most:
             caps = lifted
@@ -312,38 +313,10 @@ class BudgetController:
         seconds = self.cost.predict(batch + rows, rows > 0, self._stage(depth))
         return seconds if seconds is not None and seconds > 0 else None
 
-    @staticmethod
-    def _caps(order: list[tuple[float, int]], rows: int, batch: int) -> list[int]:
-        caps = [0] * batch
-        for _, row in order[:rows]:
-            caps[row] += 1
-        return caps
-
     def summary(self) -> str:
         """One line, in words, of what the controller chose and why (the periodic log)."""
-        d, t = self.last, self.totals
-        acc = t["accepted"] / t["drafted"] if t["drafted"] else 0.0
-        gain = d.goodput / d.plain_goodput if d.plain_goodput else 0.0
-        why = ("measuring" if not d.plain_goodput else
-               f"predicted {gain:.2f}x the tokens/s of no drafts")
-        return (f"budget {self.kind}: {d.rows} draft rows for {d.batch} requests "
-                f"({why}); {t['steps_without_drafts']}/{t['steps']} steps without drafts, "
-                f"{acc:.0%} of {t['drafted']} drafts accepted, "
-                f"cost {self.cost.slope() * 1e3:.3f} ms per extra row, "
-                f"a probe every {self.probes.gap()} steps, "
-                f"net {self.guard.lost_share(d.batch):+.1%} of the time lost to drafting "
-                f"at this batch size "
-                f"({t['guarded']} choices to draft held back)")
+        return describe(self)
 
     def state(self) -> dict:
         """Everything a decision depends on (TP ranks must agree; diagnostics fingerprint)."""
-        return {"decisions": self.decisions, "measured": self.measured, "chosen": self.chosen,
-                "held": self.held, "probes": self.probes.state(), "guard": self.guard.state(),
-                "trust": sorted(self.trust.widest.items()),
-                "realized": sorted([list(k), [round(x, 9) for x in v]]
-                                   for k, v in self.realized.table.items()),
-                "cost": {str(k): sorted((b, round(m.rows, 6), round(m.seconds, 9))
-                                        for b, m in v.items())
-                         for k, v in self.cost.tables.items()},
-                "accept": [[round(h, 9), round(n, 9)] for h, n in self.accept.engine]}
-
+        return fingerprint(self)

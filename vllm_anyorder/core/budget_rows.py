@@ -22,6 +22,14 @@ def deepest(order: list[tuple[float, int]], batch: int) -> list[int]:
     return out
 
 
+def caps_of(order: list[tuple[float, int]], rows: int, batch: int) -> list[int]:
+    """Drafts per request when the first ``rows`` of ``order`` (gain, batch row) are drafted."""
+    caps = [0] * batch
+    for _, row in order[:rows]:
+        caps[row] += 1
+    return caps
+
+
 def candidates(total: int) -> list[int]:
     """Row counts worth evaluating: every count up to 16, then steps of ~1/8 of the value,
     and the total (cost is piecewise linear in rows, gains concave: the optimum is near)."""
