@@ -34,7 +34,10 @@ def shutdown(llm):
     down gracefully, so its actors leave the Ray cluster for the next engine."""
     try:
         backend = llm.llm_engine.vllm_config.parallel_config.distributed_executor_backend
-        llm.llm_engine.engine_core.shutdown(**({} if backend == "ray" else {"timeout": 0}))
+    except AttributeError:  # not a config we know: vLLM's graceful shutdown
+        backend = "unknown"
+    try:
+        llm.llm_engine.engine_core.shutdown(**({"timeout": 0} if backend == "mp" else {}))
     except Exception:
         pass
     del llm
