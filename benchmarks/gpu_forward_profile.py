@@ -205,12 +205,15 @@ def main(argv: list[str] | None = None) -> int:
         f"CPU ({args.device})"
     targets = {s.name: profile_shape(s, args, args.device, dtype) for s in shapes}
     timed_layers = {t["layers_timed"] for t in targets.values()}
+    full = all(t["layers_timed"] == t["shape"]["layers"] for t in targets.values())
+    depth = ("every layer timed (no scaling)" if full else
+             f"{'/'.join(map(str, sorted(timed_layers)))} layers timed and scaled to the full "
+             f"depth")
     graphs = args.graphs and args.device.startswith("cuda")
     label = (f"MEASURED on {device_name}: one plain-PyTorch forward"
              f"{' replayed as a CUDA graph' if graphs else ' (eager)'}, random {args.dtype} "
-             f"weights, {'/'.join(map(str, sorted(timed_layers)))} layers timed and scaled to "
-             f"the full depth, output head timed; + {args.overhead_ms:g} ms per-step overhead "
-             f"(assumed, not measured)")
+             f"weights, {depth}, output head timed; + {args.overhead_ms:g} ms per-step "
+             f"overhead (assumed, not measured)")
     out = Path(args.out)
     profile = {"name": args.name or out.stem, "kind": "gpu-measured", "label": label,
                "notes": f"benchmarks/gpu_forward_profile.py; torch {torch.__version__}",
