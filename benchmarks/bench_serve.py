@@ -159,8 +159,25 @@ def print_ratios(rows: list[dict], base: str = "none") -> None:
             continue
         tput, tpot = (statistics.median(x[f] for x in rs) / statistics.median(x[f] for x in ref)
                       for f in ("output_throughput", "mean_tpot_ms"))
+        # paired: each run against the base's run of the same round and place in it (the
+        # base's server was started just before this one), so server-instance spread that
+        # lasts a round cancels
+        def by_round(runs):
+            out: dict[int, list[dict]] = {}
+            for x in runs:
+                out.setdefault(x["round"], []).append(x)
+            return out
+        ref_rounds = by_round(ref)
+        pairs = [(x, y) for rnd, xs in by_round(rs).items()
+                 for x, y in zip(xs, ref_rounds.get(rnd, []))]
+        paired = ""
+        if pairs:
+            pt, pp = (statistics.median(x[f] / y[f] for x, y in pairs)
+                      for f in ("output_throughput", "mean_tpot_ms"))
+            paired = f" (paired {pt:.2f}x, {pp:.2f}x)"
         print(f"{method:>12} {point[0]:>6} c={point[1]:<3} rate={point[2]:<4} median of "
-              f"{len(rs)} runs vs {base}: throughput {tput:.2f}x, mean TPOT {tpot:.2f}x")
+              f"{len(rs)} runs vs {base}: throughput {tput:.2f}x, mean TPOT {tpot:.2f}x"
+              f"{paired}")
 
 
 def parse_args(argv: list[str] | None):
