@@ -145,6 +145,14 @@ def run_method(label: str, row: Row, args, workdir: Path, prompts: Path,
     return rows
 
 
+def _by_round(runs: list[dict]) -> dict[int, list[dict]]:
+    """Client runs grouped by server round, in run order."""
+    out: dict[int, list[dict]] = {}
+    for x in runs:
+        out.setdefault(x["round"], []).append(x)
+    return out
+
+
 def print_ratios(rows: list[dict], base: str = "none") -> None:
     """Per method and point: the median output throughput and mean TPOT over its client runs
     (rounds x repeated values), as ratios to ``base``'s medians."""
@@ -162,13 +170,8 @@ def print_ratios(rows: list[dict], base: str = "none") -> None:
         # paired: each run against the base's run of the same round and place in it (the
         # base's server was started just before this one), so server-instance spread that
         # lasts a round cancels
-        def by_round(runs):
-            out: dict[int, list[dict]] = {}
-            for x in runs:
-                out.setdefault(x["round"], []).append(x)
-            return out
-        ref_rounds = by_round(ref)
-        pairs = [(x, y) for rnd, xs in by_round(rs).items()
+        ref_rounds = _by_round(ref)
+        pairs = [(x, y) for rnd, xs in _by_round(rs).items()
                  for x, y in zip(xs, ref_rounds.get(rnd, []))]
         paired = ""
         if pairs:
