@@ -12,7 +12,11 @@ not the model (scheduling, IPC, sampling, the proposer); the floor is the drafts
 ``engine`` minus no speculation's in the same round, over no speculation's period.
 
     .venv/bin/python -m benchmarks.bench_floor [--method jacobi] [--batch 1 8] [--repeats 3]
-        [--with-auto] [--second-budget cycle:1]
+        [--with-auto] [--second-budget cycle:1] [--in-process]
+
+``--in-process`` builds every row's engine in this one process and pairs their passes
+round by round (``benchmarks/paired.py``): the floor without the engine-instance spread (and
+without the message queues between processes).
 
 ``--with-auto`` adds the method's defaults under ``auto`` as a third row, so the same rounds
 show whether a gap is the floor or the steps ``auto`` drafts (its "floor" columns then read
@@ -96,6 +100,9 @@ def main() -> int:
                     "trace directory (python -m benchmarks.trace_losses DIR)")
     ap.add_argument("--random-target", action="store_true",
                     help="a random-weight twin of the target (drafts almost never accepted)")
+    ap.add_argument("--in-process", action="store_true",
+                    help="every row's engine in this process, paired passes "
+                         "(benchmarks/paired.py): no engine-instance spread, no IPC")
     ap.add_argument("--second-budget", default="cycle:0",
                     help="the second row's budget (cycle:0: drafts off; cycle:1: one draft each)")
     args = ap.parse_args()
@@ -121,13 +128,17 @@ def main() -> int:
             raise SystemExit("--random-target: AR targets only (jacobi, specdiff)")
         target = random_twin(target)
     sampling = f"T={args.temperature}" if args.temperature else "greedy"
-    rows = compare(f"floor-{args.method}{'-random' if args.random_target else ''}", target,
-                   configs, prompts, params, repeats=args.repeats, batch=args.batch,
+    from benchmarks.paired import compare_in_process
+
+    name = f"floor-{args.method}{'-random' if args.random_target else ''}"
+    harness = compare_in_process if args.in_process else compare
+    rows = harness(name, target, configs, prompts, params, repeats=args.repeats,
+                   batch=args.batch, plots=False,
                    describe=f"model {target.name}; {len(prompts)} prompts x {args.max_tokens} "
-                            f"tokens, {sampling}; step timing on", plots=False)
+                            f"tokens, {sampling}; step timing on")
     table = floor_table(rows)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    name = f"floor-{args.method}{'-random' if args.random_target else ''}"
+    name += "-inprocess" if args.in_process else ""
     out = REPO / "benchmarks" / "results" / f"{name}-{stamp}-steps.json"
     out.write_text(json.dumps({"machine": machine_info(), "steps": table,
                                "rounds": {r["method"]: [per_step(p) for p in r["probe_rounds"]]

@@ -30,8 +30,11 @@ def apply_drafts_with_output() -> None:
     ``Scheduler.update_from_output`` to keep that attribute of the step's output (absent:
     nothing kept) and ``EngineCore.post_step`` to use it instead of the RPC, under vLLM's own
     condition (``check_for_draft_tokens``, synchronous scheduling, model executed): the same
-    ``update_draft_token_ids`` call with the same drafts. Any other output (async, a
-    connector-only output, another drafter) takes vLLM's RPC as before.
+    ``update_draft_token_ids`` call with the same drafts, skipped when every chain is empty
+    (a plain step: scheduling a running request already reset its ``spec_token_ids`` to
+    ``[]``, ``scheduler.py:876``, so vLLM's per-request loop would only write ``[]`` again).
+    Any other output (async, a connector-only output, another drafter) takes vLLM's RPC as
+    before.
     Checked: vLLM 0.32.0 (``v1/engine/core.py:689`` ``post_step``, the step at ``:660-687``;
     ``v1/core/sched/scheduler.py:2026`` ``update_from_output``, ``:2550``
     ``update_draft_token_ids``; ``v1/worker/gpu_model_runner.py:4304`` ``sample_tokens``,
@@ -76,7 +79,7 @@ def apply_drafts_with_output() -> None:
         if drafts is _MISSING or not (self.check_for_draft_tokens and model_executed
                                       and not self.async_scheduling):
             return original_post(self, model_executed)
-        if drafts is not None:
+        if drafts is not None and any(drafts.draft_token_ids):
             self.scheduler.update_draft_token_ids(drafts)
         return None
 

@@ -112,18 +112,22 @@ class AssdProposer(AnyOrderProposer):
         if view is None or len(req_ids) != len(sampled_token_ids):
             return chains
         limits, rows = [], []
-        for row, committed in enumerate(sampled_token_ids):
-            req_id, n = req_ids[row], int(num_tokens_no_spec[row])
+        head = num_tokens_no_spec[: len(req_ids)]  # numpy in vLLM
+        counts = head.tolist() if hasattr(head, "tolist") else [int(c) for c in head]
+        live, verified, requests = self.live, self._verified, view.requests
+        for row, (req_id, committed, n) in enumerate(zip(req_ids, sampled_token_ids, counts)):
             if committed:  # this request took part in the step's target forward
-                stats = self.live.setdefault(req_id, [0, 0])
+                stats = live.get(req_id)
+                if stats is None:
+                    stats = live[req_id] = [0, 0]
                 stats[0] += 1
                 stats[1] += len(committed)
-                if self._verified.get(req_id):
+                if verified and verified.get(req_id):
                     self.rounds += 1
                     self.rounds_first_accepted += len(committed) >= 2
-                    self.drafted_tokens += self._verified[req_id]
+                    self.drafted_tokens += verified[req_id]
                     self.accepted_tokens += len(committed) - 1
-            limits.append(self._budget(view, req_id, committed, n))
+            limits.append(self._budget(requests.get(req_id), committed, n))
             rows.append((row, req_id, n))
         # the speculation budget's cap (a request capped at 0 skips the drafting forward)
         plans = [_Plan(row, req_id, n, cap) for (row, req_id, n), cap
@@ -149,10 +153,10 @@ class AssdProposer(AnyOrderProposer):
                 self._drafted = {p.req_id for p in plans}
         return chains
 
-    def _budget(self, view: Any, req_id: str, committed: list[int], n: int) -> int:
-        """Drafts for this request: at most k, inside max_model_len, and only while at least
-        two tokens remain (one remaining token is a plain decoding step: 1 forward, 1 token)."""
-        state = view.requests.get(req_id)
+    def _budget(self, state: Any, committed: list[int], n: int) -> int:
+        """Drafts for a request (``state``: its CachedRequestState): at most k, inside
+        max_model_len, and only while at least two tokens remain (one remaining token is a
+        plain decoding step: 1 forward, 1 token)."""
         sp = getattr(state, "sampling_params", None)
         if not committed or sp is None:
             return 0

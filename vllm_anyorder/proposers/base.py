@@ -42,6 +42,7 @@ class AnyOrderProposer:
         self.max_model_len = int(vllm_config.model_config.max_model_len)
         self.target = None
         self.view: RunnerView | None = None  # this step's batch (set before propose)
+        self._req_ids: list[str] = []  # the view's request ids, read once per step
         # the speculation budget (core/budget.py): drafts per request, zero included
         options = config.section(vllm_config.additional_config).get(self.method) or {}
         self.budget = StepBudget(options.get("budget", "auto"), self.max_chain,
@@ -61,12 +62,14 @@ class AnyOrderProposer:
         self.target = target_model
 
     def batch_req_ids(self) -> list[str]:
-        """Request ids of the current input batch, in the order of ``propose``'s lists."""
-        return self.view.req_ids if self.view is not None else []
+        """Request ids of the current input batch, in the order of ``propose``'s lists (one
+        list per step, read when the view arrives: do not mutate it)."""
+        return self._req_ids
 
     def observe_verification(self, view: RunnerView, logits: Any,
                              spec_decode_metadata: Any) -> None:
         self.view = view
+        self._req_ids = view.req_ids
         counts = None if spec_decode_metadata is None else \
             list(spec_decode_metadata.num_draft_tokens)
         self.budget.verified(view.req_ids, counts)

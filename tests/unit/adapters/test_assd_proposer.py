@@ -138,13 +138,13 @@ def test_budget_needs_two_remaining_tokens_and_stops_at_stop_tokens():
                      ("c", sp(max_tokens=5), 4), ("d", sp(stop=[7]), 4),
                      ("e", sp(stop=[7], min_tokens=5), 4)])
     # n = decoded tokens; output so far = n - 4
-    assert prop._budget(r, "a", [1], 6) == 3
-    assert prop._budget(r, "b", [1], 8) == 1  # 2 remaining -> 1 draft (+ bonus)
-    assert prop._budget(r, "c", [1], 8) == 0  # 1 remaining: a plain decoding step
-    assert prop._budget(r, "d", [7], 6) == 0  # finishing at a stop token
-    assert prop._budget(r, "e", [7], 6) == 3  # ... unless min_tokens is not reached
-    assert prop._budget(r, "a", [], 6) == 0  # no new token this step
-    assert prop._budget(r, "d", [1], MAX_LEN - 2) == 1  # max_model_len
+    assert prop._budget(r.requests.get("a"), [1], 6) == 3
+    assert prop._budget(r.requests.get("b"), [1], 8) == 1  # 2 remaining -> 1 draft (+ bonus)
+    assert prop._budget(r.requests.get("c"), [1], 8) == 0  # 1 remaining: a plain decoding step
+    assert prop._budget(r.requests.get("d"), [7], 6) == 0  # finishing at a stop token
+    assert prop._budget(r.requests.get("e"), [7], 6) == 3  # ... unless min_tokens is not reached
+    assert prop._budget(r.requests.get("a"), [], 6) == 0  # no new token this step
+    assert prop._budget(r.requests.get("d"), [1], MAX_LEN - 2) == 1  # max_model_len
 
 
 def test_self_drafting_marshals_one_forward_over_the_paged_cache():

@@ -1,0 +1,110 @@
+"""In-process paired rounds: small per-step differences between rows, without the engines'
+instance spread.
+
+On a 2-core VM the same engine setting run in two engine processes differs by 10-25% in
+wall clock, and a row-run's forward alone moved by up to 30% between instances (issue 22,
+``benchmarks/RESULTS.md``); a 3% floor cannot be read through that. Here every row's engine
+is built once in THIS process with vLLM's EngineCore in-process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``): an engine that is not generating runs nothing, so
+still one engine works at a time. Each round times every row's pass back to back in a
+rotated order, so rows share the machine's slow and fast minutes and the ratio of each
+round is paired. What this leaves out: the executor's message queues between processes
+(the same for every row of one method, and measured by ``compare``'s harness).
+
+Rows come back in ``compare``'s shape (``method``, ``batch``, ``reference``,
+``speedup_vs_nospec`` = the median of each round's ratio, ``probe_rounds``, outputs checked
+against the reference), so ``bench_floor --in-process`` reuses its table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+from benchmarks.common import REPO, machine, machine_info, make_engine, \
+    repetition_share, timed_generate
+from benchmarks.isolated import _cpu_snapshot, _own_cpu
+
+# a step_timing gap longer than this is idling (patches/step_timing.IDLE_GAP_S = 0.25 s):
+# passes of different engines must not read as one run of steps
+_BETWEEN_PASSES_S = 0.3
+
+
+def compare_in_process(tag: str, target: Path, configs: list, prompts: list, params,
+                       repeats: int = 3, batch: list[int] | None = None,
+                       describe: str = "", **_ignored) -> list[dict]:
+    """``compare.compare``'s rows, measured in one process (see the module docstring)."""
+    envs = {json.dumps(cfg.env or {}, sort_keys=True) for cfg in configs}
+    if len(envs) > 1:
+        raise SystemExit("--in-process: every row must run with the same environment")
+    os.environ.update(configs[0].env or {})
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    batches = batch or [0]
+    engines = {}
+    for cfg in configs:
+        engines[cfg.name] = make_engine(cfg.model or target, cfg.speculative_config,
+                                        cfg.additional_config)
+        engines[cfg.name].generate(prompts[:2], params, use_tqdm=False)  # warm-up
+    dtype = str(next(iter(engines.values())).llm_engine.vllm_config.model_config.dtype)
+    rows = []
+    for b in batches:
+        runs: dict[str, list[dict]] = {cfg.name: [] for cfg in configs}
+        for r in range(repeats):
+            order = configs[r % len(configs):] + configs[:r % len(configs)]
+            for cfg in order:
+                runs[cfg.name].append(_pass(cfg, engines[cfg.name], prompts, params, b))
+        rows += [_row(cfg, runs, configs, b, dtype.replace("torch.", "")) for cfg in configs]
+    _print(rows, describe, repeats)
+    out = REPO / "benchmarks" / "results" / f"{tag}-inprocess-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(dict(machine=machine_info(), describe=describe, repeats=repeats,
+                                   harness=__doc__.split("\n\n")[1], rows=rows), indent=1))
+    print(f"wrote {out.relative_to(REPO)}")
+    return rows
+
+
+def _pass(cfg, llm, prompts, params, batch: int) -> dict:
+    time.sleep(_BETWEEN_PASSES_S)
+    load = os.getloadavg()[0]
+    before = cfg.probe(llm) if cfg.probe else {}
+    cpu0 = _cpu_snapshot()
+    run = timed_generate(llm, cfg.name, prompts, params, warmup=False, batch=batch)
+    cpu1 = _cpu_snapshot()
+    after = cfg.probe(llm) if cfg.probe else {}
+    foreign = max(0.0, (cpu1[0] - cpu0[0]) - _own_cpu(cpu0[1], cpu1[1])) / run.seconds
+    return dict(seconds=run.seconds, outputs=run.outputs, drafts=run.drafts,
+                accepted=run.accepted, tokens_per_forward=run.mean_acceptance_length,
+                probe={k: after[k] - before.get(k, 0) for k in after},
+                loadavg_before=round(load, 2), foreign_cpu=round(foreign, 3))
+
+
+def _row(cfg, runs: dict[str, list[dict]], configs: list, batch: int, dtype: str) -> dict:
+    reference = cfg.reference or configs[0].name
+    mine, ref = runs[cfg.name], runs[reference]
+    ref_out = ref[0]["outputs"]
+    ratios = [f["seconds"] / m["seconds"] for m, f in zip(mine, ref)]
+    return dict(
+        method=cfg.name + f" [batch {batch or 'all'}]", reference=reference + f" [batch {batch or 'all'}]",
+        batch=batch, dtype=dtype, seconds=[m["seconds"] for m in mine],
+        speedup_vs_nospec=statistics.median(ratios), speedup_rounds=ratios,
+        exact_match=min(sum(a == b for a, b in zip(m["outputs"], ref_out)) / len(ref_out)
+                        for m in mine),
+        tokens_per_target_forward=mine[0]["tokens_per_forward"], drafts=mine[0]["drafts"],
+        repetition_4gram=repetition_share(mine[0]["outputs"]),
+        loadavg_before=[m["loadavg_before"] for m in mine],
+        foreign_cpu=[m["foreign_cpu"] for m in mine],
+        **({"probe_rounds": [m["probe"] for m in mine]} if mine[0]["probe"] else {}))
+
+
+def _print(rows: list[dict], describe: str, repeats: int) -> None:
+    print(f"\nmachine: {machine()}; dtype {rows[0]['dtype']}; {describe}; {repeats} rounds, "
+          f"all engines in one process, one generating at a time")
+    print(f"{'row':<48}{'tok/fwd':>8}{'paired':>8}{'min-max':>12}{'exact':>7}{'foreign cpu':>12}")
+    for r in rows:
+        spread = f"{min(r['speedup_rounds']):.2f}-{max(r['speedup_rounds']):.2f}"
+        print(f"{r['method']:<48}{r['tokens_per_target_forward']:>8.2f}"
+              f"{r['speedup_vs_nospec']:>7.2f}x{spread:>12}{r['exact_match']:>7.0%}"
+              f"{max(r['foreign_cpu']):>12.2f}")
