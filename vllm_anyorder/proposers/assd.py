@@ -132,8 +132,10 @@ class AssdProposer(AnyOrderProposer):
         # the speculation budget's cap (a request capped at 0 skips the drafting forward)
         plans = [_Plan(row, req_id, n, cap) for (row, req_id, n), cap
                  in zip(rows, self.draft_caps(limits)) if cap > 0]
-        self.drop_departed(self.live, lambda r, stats: self.finished.append((r, *stats)))
-        self.drop_departed(self._bigrams)
+        in_batch = set(req_ids)
+        self.drop_departed(self.live, lambda r, stats: self.finished.append((r, *stats)),
+                           in_batch)
+        self.drop_departed(self._bigrams, live=in_batch)
         self._verified = {}
         if plans:
             draft = self._draft_self if self.cfg.drafter_kind.queries_target \

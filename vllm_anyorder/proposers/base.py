@@ -42,7 +42,6 @@ class AnyOrderProposer:
         self.max_model_len = int(vllm_config.model_config.max_model_len)
         self.target = None
         self.view: RunnerView | None = None  # this step's batch (set before propose)
-        self._req_ids: list[str] = []  # the view's request ids, read once per step
         # the speculation budget (core/budget.py): drafts per request, zero included
         options = config.section(vllm_config.additional_config).get(self.method) or {}
         self.budget = StepBudget(options.get("budget", "auto"), self.max_chain,
@@ -62,23 +61,23 @@ class AnyOrderProposer:
         self.target = target_model
 
     def batch_req_ids(self) -> list[str]:
-        """Request ids of the current input batch, in the order of ``propose``'s lists (one
-        list per step, read when the view arrives: do not mutate it)."""
-        return self._req_ids
+        """Request ids of the current input batch, in the order of ``propose``'s lists."""
+        return self.view.req_ids if self.view is not None else []
 
     def observe_verification(self, view: RunnerView, logits: Any,
                              spec_decode_metadata: Any) -> None:
         self.view = view
-        self._req_ids = view.req_ids
         counts = None if spec_decode_metadata is None else \
             list(spec_decode_metadata.num_draft_tokens)
         self.budget.verified(view.req_ids, counts)
 
     def drop_departed(self, table: dict[str, Any],
-                      on_drop: Callable[[str, Any], None] | None = None) -> None:
+                      on_drop: Callable[[str, Any], None] | None = None,
+                      live: set[str] | None = None) -> None:
         """Forget the entries of requests no longer in the batch (``on_drop(req_id, value)``
-        first, e.g. to keep finished requests' counters)."""
-        live = set(self.batch_req_ids())
+        first, e.g. to keep finished requests' counters); ``live``: the batch's request ids,
+        if the caller has them."""
+        live = set(self.batch_req_ids()) if live is None else live
         for req_id in [r for r in table if r not in live]:
             value = table.pop(req_id)
             if on_drop is not None:
