@@ -1,0 +1,37 @@
+"""benchmarks/paired._row: each round's ratio against the reference's pass of the same
+round (the engines share that round's fast or slow minutes), outputs checked against the
+reference, and rows that ``bench_floor.floor_table`` reads."""
+
+from benchmarks.bench_floor import floor_table
+from benchmarks.compare import Config
+from benchmarks.paired import _row
+
+
+def a_pass(seconds, outputs, forward_s, period_s, steps=100):
+    return {"seconds": seconds, "outputs": outputs, "drafts": 0, "accepted": 0,
+            "tokens_per_forward": 1.0, "loadavg_before": 0.5, "foreign_cpu": 0.01,
+            "probe": {"calls": steps, "steps": steps, "period_s": period_s,
+                      "forward_s": forward_s, "sample_s": 0.01}}
+
+
+def test_rounds_are_paired_and_the_floor_table_reads_the_rows():
+    base, off = Config("no-spec"), Config("off", reference="no-spec")
+    out = [[1, 2, 3], [4, 5]]
+    # round 0 is slow for both, round 1 fast: off is 0.9x inside each round
+    runs = {"no-spec": [a_pass(2.0, out, 1.5, 2.0), a_pass(1.0, out, 0.75, 1.0)],
+            "off": [a_pass(2.0 / 0.9, out, 1.5, 2.0 / 0.9), a_pass(1.0 / 0.9, out, 0.75, 1 / 0.9)]}
+    rows = [_row(cfg, runs, [base, off], 8, "bfloat16") for cfg in (base, off)]
+    assert abs(rows[1]["speedup_vs_nospec"] - 0.9) < 1e-9
+    assert rows[1]["speedup_rounds"] == [rows[1]["speedup_rounds"][0]] * 2
+    assert rows[1]["exact_match"] == 1.0 and rows[1]["reference"] == "no-spec [batch 8]"
+    table = floor_table(rows)
+    # the same forward, the rest of the step longer: all of the loss is the engine's part
+    assert abs(table[1]["floor_engine"] - table[1]["floor_step"]) < 1e-9
+    assert table[1]["floor_engine"] > 0.1
+
+
+def test_a_differing_output_is_reported():
+    base, off = Config("no-spec"), Config("off", reference="no-spec")
+    runs = {"no-spec": [a_pass(1.0, [[1, 2], [3]], 0.5, 1.0)],
+            "off": [a_pass(1.0, [[1, 2], [4]], 0.5, 1.0)]}
+    assert _row(off, runs, [base, off], 1, "bfloat16")["exact_match"] == 0.5
