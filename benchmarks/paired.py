@@ -11,6 +11,11 @@ rotated order, so rows share the machine's slow and fast minutes and the ratio o
 round is paired. What this leaves out: the executor's message queues between processes
 (the same for every row of one method, and measured by ``compare``'s harness).
 
+vLLM's spec-decode counters: each engine's Prometheus logger unregisters the ones before it
+(``v1/metrics/loggers.py:490``), so only the last-built engine's counters are readable; the
+other rows report ``drafts`` and ``tokens_per_target_forward`` as None, and every row its
+engine steps per pass (``probe_rounds``: ``calls``).
+
 Rows come back in ``compare``'s shape (``method``, ``batch``, ``reference``,
 ``speedup_vs_nospec`` = the median of each round's ratio, ``probe_rounds``, outputs checked
 against the reference), so ``bench_floor --in-process`` reuses its table.
@@ -56,7 +61,8 @@ def compare_in_process(tag: str, target: Path, configs: list, prompts: list, par
             order = configs[r % len(configs):] + configs[:r % len(configs)]
             for cfg in order:
                 runs[cfg.name].append(_pass(cfg, engines[cfg.name], prompts, params, b))
-        rows += [_row(cfg, runs, configs, b, dtype.replace("torch.", "")) for cfg in configs]
+        rows += [_row(cfg, runs, configs, b, dtype.replace("torch.", ""),
+                      counters=cfg is configs[-1]) for cfg in configs]
     _print(rows, describe, repeats)
     out = REPO / "benchmarks" / "results" / f"{tag}-inprocess-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -81,7 +87,9 @@ def _pass(cfg, llm, prompts, params, batch: int) -> dict:
                 loadavg_before=round(load, 2), foreign_cpu=round(foreign, 3))
 
 
-def _row(cfg, runs: dict[str, list[dict]], configs: list, batch: int, dtype: str) -> dict:
+def _row(cfg, runs: dict[str, list[dict]], configs: list, batch: int, dtype: str,
+         counters: bool = True) -> dict:
+    """``counters``: this row's engine's spec-decode counters were readable (the last built)."""
     reference = cfg.reference or configs[0].name
     mine, ref = runs[cfg.name], runs[reference]
     ref_out = ref[0]["outputs"]
@@ -92,7 +100,8 @@ def _row(cfg, runs: dict[str, list[dict]], configs: list, batch: int, dtype: str
         speedup_vs_nospec=statistics.median(ratios), speedup_rounds=ratios,
         exact_match=min(sum(a == b for a, b in zip(m["outputs"], ref_out)) / len(ref_out)
                         for m in mine),
-        tokens_per_target_forward=mine[0]["tokens_per_forward"], drafts=mine[0]["drafts"],
+        tokens_per_target_forward=mine[0]["tokens_per_forward"] if counters else None,
+        drafts=mine[0]["drafts"] if counters else None,
         repetition_4gram=repetition_share(mine[0]["outputs"]),
         loadavg_before=[m["loadavg_before"] for m in mine],
         foreign_cpu=[m["foreign_cpu"] for m in mine],
@@ -105,6 +114,8 @@ def _print(rows: list[dict], describe: str, repeats: int) -> None:
     print(f"{'row':<48}{'tok/fwd':>8}{'paired':>8}{'min-max':>12}{'exact':>7}{'foreign cpu':>12}")
     for r in rows:
         spread = f"{min(r['speedup_rounds']):.2f}-{max(r['speedup_rounds']):.2f}"
-        print(f"{r['method']:<48}{r['tokens_per_target_forward']:>8.2f}"
+        per_forward = r["tokens_per_target_forward"]
+        per_forward = f"{per_forward:>8.2f}" if per_forward is not None else f"{'n/a':>8}"
+        print(f"{r['method']:<48}{per_forward}"
               f"{r['speedup_vs_nospec']:>7.2f}x{spread:>12}{r['exact_match']:>7.0%}"
               f"{max(r['foreign_cpu']):>12.2f}")

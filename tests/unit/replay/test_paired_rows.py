@@ -35,3 +35,12 @@ def test_a_differing_output_is_reported():
     runs = {"no-spec": [a_pass(1.0, [[1, 2], [3]], 0.5, 1.0)],
             "off": [a_pass(1.0, [[1, 2], [4]], 0.5, 1.0)]}
     assert _row(off, runs, [base, off], 1, "bfloat16")["exact_match"] == 0.5
+
+
+def test_unreadable_counters_are_reported_as_none():
+    # in one process only the last-built engine's spec-decode counters are registered
+    base, off = Config("no-spec"), Config("off", reference="no-spec")
+    runs = {"no-spec": [a_pass(1.0, [[1]], 0.5, 1.0)], "off": [a_pass(1.0, [[1]], 0.5, 1.0)]}
+    row = _row(off, runs, [base, off], 1, "bfloat16", counters=False)
+    assert row["drafts"] is None and row["tokens_per_target_forward"] is None
+    assert _row(off, runs, [base, off], 1, "bfloat16")["drafts"] == 0
