@@ -200,9 +200,10 @@ class BigramDrafter:
         counts = self._counts(cond)
         return min(counts, key=lambda t: (-counts[t], t)) if counts else 0
 
-    def draft(self, targets: Sequence[int], greedy: bool, generator):
+    def draft(self, targets: Sequence[int], greedy: bool, generator, with_q: bool = True):
         """Lines 1-9: x_cond = the token left of the target, decoded or drafted this round.
-        Greedy: q is the point mass at the mode (no randomness consumed)."""
+        Greedy: q is the point mass at the mode (no randomness consumed); ``with_q=False``
+        (greedy only) returns None for q, for a verifier that reads none."""
         drafted: dict[int, int] = {}
         tokens, dists = [], []
         for pos in targets:
@@ -216,7 +217,8 @@ class BigramDrafter:
             tokens.append(tok)
         tokens = torch.tensor(tokens, dtype=torch.long)
         if greedy:
-            return tokens, torch.nn.functional.one_hot(tokens, self.vocab_size).double()
+            return tokens, (torch.nn.functional.one_hot(tokens, self.vocab_size).double()
+                            if with_q else None)
         return tokens, torch.stack(dists)  # [d], [d, V]
 
 

@@ -14,7 +14,9 @@ One round per request, n tokens decoded (the last one sampled but not yet in the
 2. verify (vLLM's next step): the target forward over [x_{n-1}, d_1..d_k]; the query row of
    d_{i-1} gives p_i = p(x_{n+i-1} | prefix, d_<i). vLLM's rejection sampler gets q through
    the ``draft_probs`` patch: accept d_i with min(1, p_i/q_i), else sample (p_i - q_i)+; the
-   bonus token comes from the last row. Exact because each d_i was drawn from exactly q_i
+   bonus token comes from the last row. When every request of the batch is greedy no q is
+   built: vLLM's all-greedy path compares each draft with the target's argmax and returns
+   before reading q (``v1/sample/rejection_sampler.py:451-484``). Exact because each d_i was drawn from exactly q_i
    given the prefix and d_<i (``self``: independent of d_<i; ``ngram``: given its left
    neighbour) and independently of the verifier's randomness.
 3. Lemma 1: q_1 and p_1 are the same conditional (prefix only), so d_1 is accepted (up to
@@ -142,18 +144,25 @@ class AssdProposer(AnyOrderProposer):
                 else self._draft_ngram
             plans, drafts, q = draft(view, plans, token_ids_cpu)
             if plans:
-                # on the target's device: vLLM's rejection sampler reads them there
-                probs = torch.zeros(len(plans), self.k, q.shape[-1], dtype=torch.float32,
-                                    device=self._device())
                 start = 0
-                for j, plan in enumerate(plans):
-                    end = start + plan.budget
-                    chains[plan.row] = drafts[start:end].tolist()
-                    probs[j, : plan.budget] = q[start:end].to(probs.device)
-                    start = end
-                self._handed = ([p.req_id for p in plans], probs)
+                for plan in plans:
+                    chains[plan.row] = drafts[start: start + plan.budget].tolist()
+                    start += plan.budget
+                if q is not None:  # None: every request greedy, where vLLM reads no q
+                    self._handed = ([p.req_id for p in plans], self._draft_probs(plans, q))
                 self._drafted = {p.req_id for p in plans}
         return chains
+
+    def _draft_probs(self, plans: list[_Plan], q: torch.Tensor) -> torch.Tensor:
+        """q [sum budgets, V] -> [R, k, V] float32 on the target's device (vLLM's rejection
+        sampler reads it there; rows past a request's budget stay zero)."""
+        probs = torch.zeros(len(plans), self.k, q.shape[-1], dtype=torch.float32,
+                            device=self._device())
+        start = 0
+        for j, plan in enumerate(plans):
+            probs[j, : plan.budget] = q[start: start + plan.budget].to(probs.device)
+            start += plan.budget
+        return probs
 
     def _budget(self, state: Any, committed: list[int], n: int) -> int:
         """Drafts for a request (``state``: its CachedRequestState): at most k, inside
@@ -226,8 +235,8 @@ class AssdProposer(AnyOrderProposer):
         md = view.sampling_metadata
         budgets = [p.budget for p in plans]
         rows = torch.tensor([p.row for p in plans]).repeat_interleave(torch.tensor(budgets))
-        if md.all_greedy or md.temperature is None:
-            return sample_drafts(logits, None, budgets, [])
+        if md.all_greedy or md.temperature is None:  # vLLM reads no q: build none
+            return logits.argmax(-1), None
         on = logits.device
         temp = md.temperature.to(on)[rows.to(on)].float()
         top_k = md.top_k.to(on)[rows.to(on)] if md.top_k is not None else None
@@ -240,6 +249,9 @@ class AssdProposer(AnyOrderProposer):
         """Alg. 2: drafts from context-bigram counts (each conditioned on its left
         neighbour, decoded or drafted), q = the counts' distribution (one-hot if greedy)."""
         md = view.sampling_metadata
+        # every request greedy: vLLM's rejection sampler compares argmaxes and reads no q
+        # (v1/sample/rejection_sampler.py, the all-greedy path), so none is built
+        all_greedy = bool(md.all_greedy) or md.temperature is None
         all_drafts, all_q = [], []
         for p in plans:
             drafter, seen = self._bigrams.get(p.req_id) or (BigramDrafter(self.vocab_size, {}), 0)
@@ -252,7 +264,8 @@ class AssdProposer(AnyOrderProposer):
             self._bigrams[p.req_id] = (drafter, p.n)
             greedy = md.all_greedy or md.temperature is None or float(md.temperature[p.row]) == 0
             gen = md.generators.get(p.row, self._generator)
-            tokens, q = drafter.draft(true[p.n - seen:], greedy, gen)
+            tokens, q = drafter.draft(true[p.n - seen:], greedy, gen, with_q=not all_greedy)
             all_drafts.append(tokens)
-            all_q.append(q.float())
-        return plans, torch.cat(all_drafts), torch.cat(all_q)
+            if q is not None:
+                all_q.append(q.float())
+        return plans, torch.cat(all_drafts), torch.cat(all_q) if all_q else None

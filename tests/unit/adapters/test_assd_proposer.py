@@ -150,8 +150,8 @@ def test_budget_needs_two_remaining_tokens_and_stops_at_stop_tokens():
 def test_self_drafting_marshals_one_forward_over_the_paged_cache():
     """One forward for the whole batch: the last token of each drafting request as a content
     row at its own slot, then k query rows at the next positions reading the prefix; greedy
-    drafts are the argmax and q is one-hot; a request whose last slot is not allocated
-    (bonus token at a block boundary) is left out."""
+    drafts are the argmax, and no q is handed (vLLM's all-greedy path reads none); a request
+    whose last slot is not allocated (bonus token at a block boundary) is left out."""
     prop = make_proposer(k=3)
     target = FakeTarget(peaked_table())
     prop.load_model(target)
@@ -176,10 +176,23 @@ def test_self_drafting_marshals_one_forward_over_the_paged_cache():
     assert queries.seq_lens.tolist() == [6, 2]
     assert queries.block_table_tensor[:, 0].tolist() == [11, 21]
     assert (queries.slot_mapping == -1).all()
+    assert prop.take_draft_probs() is None  # every request greedy: no q built
+
+
+def test_a_batch_with_a_sampled_request_hands_q_and_one_hot_rows_for_greedy_ones():
+    prop = make_proposer(k=3)
+    target = FakeTarget(peaked_table())
+    prop.load_model(target)
+    r = make_runner([("a", sp(), 3), ("b", sp(), 1)], temperature=[0.0, 0.7],
+                    blocks=[[11, 12], [21]])
+    prop.observe_verification(RunnerView.of(r), torch.zeros(2, V), None)
+    chains = prop.propose([[6], [8]], np.array([6, 2]), token_rows([1, 2, 3, 4, 5, 6], [7, 8]))
     req_ids, probs = prop.take_draft_probs()
     assert req_ids == ["a", "b"] and probs.shape == (2, 3, V)
-    assert torch.equal(probs.argmax(-1), torch.tensor([want[:3], want[3:]]))
-    assert torch.equal(probs.sum(-1), torch.ones(2, 3))
+    want_a = target.table[torch.tensor([6, 7, 8]) % 8].argmax(-1)
+    assert chains[0] == want_a.tolist() and torch.equal(probs[0].argmax(-1), want_a)
+    assert torch.equal(probs[0].sum(-1), torch.ones(3))  # greedy row: one-hot q
+    assert torch.allclose(probs[1].sum(-1), torch.ones(3))  # sampled row: a distribution
     assert prop.take_draft_probs() is None  # handed over once
 
 
@@ -233,8 +246,7 @@ def test_ngram_drafter_follows_algorithm_2_and_forgets_finished_requests():
     ref = BigramDrafter(V, dict(enumerate(seq_a)))
     assert chains[0] == ref.draft(range(6, 9), True, None)[0].tolist() == [1, 2, 3]
     assert chains[1] == [5, 5, 5]
-    req_ids, probs = prop.take_draft_probs()
-    assert req_ids == ["a", "b"] and torch.equal(probs.argmax(-1)[0], torch.tensor([1, 2, 3]))
+    assert prop.take_draft_probs() is None  # all greedy: vLLM reads no q, none is built
     # next step: a grew by two tokens, b left the batch
     r2 = make_runner([("a", sp(), 6)])
     prop.observe_verification(RunnerView.of(r2), torch.zeros(1, V), None)
