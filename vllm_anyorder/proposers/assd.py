@@ -16,9 +16,9 @@ One round per request, n tokens decoded (the last one sampled but not yet in the
    the ``draft_probs`` patch: accept d_i with min(1, p_i/q_i), else sample (p_i - q_i)+; the
    bonus token comes from the last row. When every request of the batch is greedy no q is
    built: vLLM's all-greedy path compares each draft with the target's argmax and returns
-   before reading q (``v1/sample/rejection_sampler.py:451-484``). Exact because each d_i was drawn from exactly q_i
-   given the prefix and d_<i (``self``: independent of d_<i; ``ngram``: given its left
-   neighbour) and independently of the verifier's randomness.
+   before reading q (``v1/sample/rejection_sampler.py:451-484``). Exact because each d_i was
+   drawn from exactly q_i given the prefix and d_<i (``self``: independent of d_<i;
+   ``ngram``: given its left neighbour) and independently of the verifier's randomness.
 3. Lemma 1: q_1 and p_1 are the same conditional (prefix only), so d_1 is accepted (up to
    float rounding) and a drafting round (2 forwards) commits >= 2 tokens: with drafts only
    when at least 2 tokens remain, a request never takes more forwards than tokens.
@@ -235,7 +235,7 @@ class AssdProposer(AnyOrderProposer):
         md = view.sampling_metadata
         budgets = [p.budget for p in plans]
         rows = torch.tensor([p.row for p in plans]).repeat_interleave(torch.tensor(budgets))
-        if md.all_greedy or md.temperature is None:  # vLLM reads no q: build none
+        if _all_greedy(md):  # vLLM reads no q: build none
             return logits.argmax(-1), None
         on = logits.device
         temp = md.temperature.to(on)[rows.to(on)].float()
@@ -249,9 +249,7 @@ class AssdProposer(AnyOrderProposer):
         """Alg. 2: drafts from context-bigram counts (each conditioned on its left
         neighbour, decoded or drafted), q = the counts' distribution (one-hot if greedy)."""
         md = view.sampling_metadata
-        # every request greedy: vLLM's rejection sampler compares argmaxes and reads no q
-        # (v1/sample/rejection_sampler.py, the all-greedy path), so none is built
-        all_greedy = bool(md.all_greedy) or md.temperature is None
+        all_greedy = _all_greedy(md)
         all_drafts, all_q = [], []
         for p in plans:
             drafter, seen = self._bigrams.get(p.req_id) or (BigramDrafter(self.vocab_size, {}), 0)
@@ -262,10 +260,17 @@ class AssdProposer(AnyOrderProposer):
             for i, tok in enumerate(token_ids_cpu[p.row, seen: p.n].tolist()):
                 drafter.observe(true[i], tok)
             self._bigrams[p.req_id] = (drafter, p.n)
-            greedy = md.all_greedy or md.temperature is None or float(md.temperature[p.row]) == 0
+            greedy = all_greedy or float(md.temperature[p.row]) == 0
             gen = md.generators.get(p.row, self._generator)
             tokens, q = drafter.draft(true[p.n - seen:], greedy, gen, with_q=not all_greedy)
             all_drafts.append(tokens)
             if q is not None:
                 all_q.append(q.float())
         return plans, torch.cat(all_drafts), torch.cat(all_q) if all_q else None
+
+
+def _all_greedy(md: Any) -> bool:
+    """Every request of the batch greedy (vLLM's sampling metadata): then vLLM's rejection
+    sampler compares each draft with the target's argmax and reads no q
+    (``v1/sample/rejection_sampler.py:451-484``), so the drafters build none."""
+    return bool(md.all_greedy) or md.temperature is None
