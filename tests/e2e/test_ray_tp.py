@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -141,6 +142,24 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def _start_over_ray(model, spec: dict, extra: dict):
+    """The TP=2 engine over Ray. One retry when its EngineCore dies during start-up: in CI on
+    2026-11-28 (specdiff) it died after both Ray workers had joined, the root cause cut from
+    the log; the same test passed locally right after, every method; a failure that repeats still fails the test,
+    and the retry is reported as a warning."""
+    kwargs = dict(tensor_parallel_size=2, distributed_executor_backend="ray",
+                  worker_extension_cls=EXTENSION, speculative_config=spec,
+                  additional_config=extra)
+    try:
+        return make_llm(model, **kwargs)
+    except RuntimeError as err:
+        if "Engine core initialization failed" not in str(err):
+            raise
+        warnings.warn(f"TP=2 over Ray: engine start-up failed once, retried: {err}")
+        time.sleep(5)  # the dead engine's actors leave the cluster
+        return make_llm(model, **kwargs)
+
+
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_tp2_over_ray_equals_single_process(method, ray_head, single_process, request,
                                             monkeypatch):
@@ -159,9 +178,7 @@ def test_tp2_over_ray_equals_single_process(method, ray_head, single_process, re
             shutdown(llm)
     for key, value in ray_head.items():
         monkeypatch.setenv(key, value)
-    llm = make_llm(model, tensor_parallel_size=2, distributed_executor_backend="ray",
-                   worker_extension_cls=EXTENSION, speculative_config=spec,
-                   additional_config=row.extra)
+    llm = _start_over_ray(model, spec, row.extra)
     try:
         got = _greedy(llm)
         sampled = SamplingParams(temperature=1.0, max_tokens=16, ignore_eos=True, n=2, seed=None)
