@@ -145,8 +145,8 @@ def _cmdline(pid: int) -> str:
 def _start_over_ray(model, spec: dict, extra: dict):
     """The TP=2 engine over Ray. One retry when its EngineCore dies during start-up: in CI on
     2026-11-28 (specdiff) it died after both Ray workers had joined, the root cause cut from
-    the log; the same test passed locally right after, every method; a failure that repeats still fails the test,
-    and the retry is reported as a warning."""
+    the log; the same test passed locally right after, every method. A failure that
+    repeats still fails the test; the retry is reported as a warning."""
     kwargs = dict(tensor_parallel_size=2, distributed_executor_backend="ray",
                   worker_extension_cls=EXTENSION, speculative_config=spec,
                   additional_config=extra)
