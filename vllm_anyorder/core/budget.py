@@ -11,6 +11,11 @@ whose next draft is most likely accepted; R = 0 is plain decoding, which is what
 method never slower than no speculation once the measurements are in. (The SmartSpec / TurboSpec
 goodput rule, here with measured rather than profiled cost and per-position acceptance.)
 
+Closed batches (``core/budget_drain``): while nobody waits to take a finished request's place
+(an offline batch, the end of a load), rows go to the requests furthest from finishing and an
+allocation is valued by the predicted time to finish the whole batch: drafting that lets some
+requests finish early only moves the rest into a tail of small, nearly full-price steps.
+
 Outputs do not depend on it: drafts are guesses and every method verifies them exactly, so
 any allocation, in any step, commits the same tokens (tested with the ``cycle`` hook).
 
@@ -46,6 +51,7 @@ import math
 import operator
 from typing import Callable
 
+from .budget_drain import BatchWatch, DrainValue, thin, water_fill
 from .budget_guard import LossGuard
 from .budget_models import YOUNG_SAMPLES, Acceptance, Realized, StepCost
 from .budget_probes import ProbeSchedule
@@ -73,6 +79,7 @@ class BudgetController:
         self.realized = Realized()
         self.trust = TrustRegion()
         self.guard = LossGuard(settings.loss_share, settings.loss_horizon)
+        self.watch = BatchWatch()  # closed batches (budget_drain)
         self.measured = 0  # steps whose cost was measured
         self.run = 0  # measured drafting steps in a row the controller chose (no probes)
         self.decisions = 0
@@ -117,9 +124,12 @@ class BudgetController:
         self.accept.forget(live)
 
     # ------------------------------------------------------------------ decisions
-    def allot(self, req_ids: list[str], limits: list[int]) -> list[int]:
+    def allot(self, req_ids: list[str], limits: list[int],
+              remaining: list[int] | None = None) -> list[int]:
         """Drafts per request for the next step (<= each limit); ``limits`` already holds each
-        request's own bound (room left, configured size; 0 for a request that cannot draft)."""
+        request's own bound (room left, configured size; 0 for a request that cannot draft);
+        ``remaining``: the tokens each request has left at most (None: unknown; then the
+        closed-batch rule of ``budget_drain`` never applies)."""
         self.decisions += 1
         if self.kind == "fixed":
             caps = list(limits)
@@ -127,7 +137,7 @@ class BudgetController:
             c = self.cycle[(self.decisions - 1) % len(self.cycle)]
             caps = [min(c, lim) for lim in limits]
         else:
-            caps = self._auto(req_ids, limits)
+            caps = self._auto(req_ids, limits, remaining)
         if self.kind == "auto":
             for req_id, cap in zip(req_ids, caps):
                 if not cap:
@@ -137,35 +147,48 @@ class BudgetController:
         self.last.caps = caps
         return caps
 
-    def _auto(self, req_ids: list[str], limits: list[int]) -> list[int]:
+    def _auto(self, req_ids: list[str], limits: list[int],
+              remaining: list[int] | None) -> list[int]:
         batch = len(req_ids)
+        # a closed batch is valued by the time to finish it (budget_drain); one request: same
+        closed = self.watch.observe(req_ids) and remaining is not None and batch > 1
         plain = self._goodput(batch, 0, 0.0)
         if plain is None:  # nothing measured yet: plain decoding first, then grow from it
             self.last = Decision(0, batch, True)
             return [0] * batch
         # the trust region (budget_rows.TrustRegion) bounds choices and probes alike
         reach = self.trust.reach(batch)
-        order = self._ranked_rows(req_ids, limits, reach)  # best first
+        order = self._drain_rows(req_ids, limits, reach, remaining) if closed else \
+            self._ranked_rows(req_ids, limits, reach)  # best first
         gains = [g for g, _ in order]
         prefix = prefix_sums(gains)
         depth = deepest(order, batch)
+        if closed:
+            value = DrainValue(remaining, order, self._tables(batch + len(order)), depth)
+            plain = value(0) or plain
+        else:
+            def value(r: int) -> float | None:
+                return self._goodput(batch, r, prefix[r], depth[r])
         # no more rows than the books can lose if none is accepted (budget_guard)
         room, trusted = self.guard.allowance(batch), min(len(order), reach)
         reach = self._affordable(batch, trusted, depth, room)
         order = order[:reach]
         best, best_val = 0, plain
         need, ceiling = plain * (1 + self.s.margin), batch + prefix[reach]
-        for r in candidates(reach):
-            seconds = self._seconds(batch, r, depth[r])
-            if seconds is None:
+        for r in (thin(candidates(reach), batch) if closed else candidates(reach)):
+            if not closed:
+                seconds = self._seconds(batch, r, depth[r])
+                if seconds is None:
+                    continue
+                if self.stages is None and ceiling / seconds < max(need, best_val * (1 + 1e-9)):
+                    break  # no more rows can win: gains at most ``ceiling``, cost never falls
+            val = value(r)
+            if val is None:
                 continue
-            if self.stages is None and ceiling / seconds < max(need, best_val * (1 + 1e-9)):
-                break  # no more rows can win: gains at most ``ceiling``, cost never falls
-            val = (batch + prefix[r]) / seconds
             if val > best_val * (1 + 1e-9) and val >= need:
                 best, best_val = r, val
         anchor = min(self.chosen, len(order))
-        anchor_val = self._goodput(batch, anchor, prefix[anchor], depth[anchor]) or 0.0
+        anchor_val = value(anchor) or 0.0
         # hysteresis holds the current choice only while it is predicted no slower than
         # plain decoding: "never slower than no speculation" outranks "do not flap"
         if best != anchor and best_val < anchor_val * (1 + self.s.hysteresis) and \
@@ -178,14 +201,13 @@ class BudgetController:
         if best and not allowed:
             best, best_val = 0, plain
             self.totals["guarded"] += 1
-        elif not lost and best == reach < trusted and \
-                (self._goodput(batch, reach + 1, prefix[reach + 1], depth[reach + 1]) or 0.0) \
-                > best_val:  # the books' row bound held back one more predicted-better row
+        elif not lost and best == reach < trusted and (value(reach + 1) or 0.0) > best_val:
+            # the books' row bound held back one more predicted-better row
             self.totals["guarded"] += 1
         self.chosen = best
         if not allowed:  # a plain step: no held probe, no probe; the decision says why
             self.held = None
-            self.last = Decision(0, batch, False, best_val, plain, guarded=True)
+            self.last = Decision(0, batch, False, best_val, plain, guarded=True, closed=closed)
             return [0] * batch
         held = self._held_rows(batch, len(order))
         if held is not None:  # an upward probe holding its row count
@@ -205,7 +227,7 @@ class BudgetController:
                         self.held = (up, batch, self.s.probe_hold - 1)
                     return self._probe_caps(order, up, limits, best_val, plain, reach)
             probe = rows != best
-        self.last = Decision(rows, batch, probe, best_val, plain)
+        self.last = Decision(rows, batch, probe, best_val, plain, closed=closed, lost=lost)
         return caps_of(order, rows, batch)
 
     def _drafting_lost(self, batch: int) -> bool:
@@ -294,6 +316,26 @@ class BudgetController:
         # descending runs, one per request: timsort merges them in about n log(batch)
         order.sort(key=_gain, reverse=True)
         return order[:most]
+
+    def _drain_rows(self, req_ids: list[str], limits: list[int], most: int,
+                    remaining: list[int]) -> list[tuple[float, int]]:
+        """A closed batch's candidate rows, (gain, batch row), in rounds, the request predicted
+        to finish last first in each (``budget_drain.water_fill``)."""
+        gains = [self.accept.gains(req_id, min(limit, most), MIN_GAIN)
+                 for req_id, limit in zip(req_ids, limits)]
+        return water_fill(remaining, gains, most)
+
+    def _tables(self, most: int) -> Callable[[bool, int], list[float] | None]:
+        """Step seconds by row count 0..most, per arm and drafting depth, built once a decision
+        (the closed-batch drain reads dozens of them)."""
+        built: dict[tuple[bool, int], list[float] | None] = {}
+
+        def table(drafting: bool, depth: int) -> list[float] | None:
+            key = (drafting, self._stage(depth) if drafting else 0)
+            if key not in built:
+                built[key] = self.cost.table(drafting, max(1, key[1]), most)
+            return built[key]
+        return table
 
     def _stage(self, depth: int) -> int:
         if self.stages is None or depth <= 0:

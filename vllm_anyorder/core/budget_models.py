@@ -132,6 +132,26 @@ class StepCost:
             pts = self._curves[arm] = self._curve(arm)
         return _interpolate(pts, float(rows)) if pts else None
 
+    def table(self, drafting: bool, stage: int, upto: int) -> list[float] | None:
+        """:meth:`predict` for every row count 0..upto in one walk (the closed-batch drain
+        prices dozens of counts a step)."""
+        arm = _arm(drafting, stage)
+        pts = self._curves.get(arm)
+        if pts is None:
+            pts = self._curves[arm] = self._curve(arm)
+        if not pts:
+            return None
+        out, i, last = [], 1, len(pts) - 1
+        for x in range(upto + 1):
+            if x <= pts[0][0] or last == 0:
+                out.append(pts[0][1] if x <= pts[0][0] else pts[-1][1])
+                continue
+            while i < last and pts[i][0] < x:
+                i += 1
+            (x0, y0), (x1, y1) = pts[i - 1], pts[i]
+            out.append(y0 + (y1 - y0) * (x - x0) / max(x1 - x0, 1e-9))
+        return out
+
     def _curve(self, arm: int) -> list[tuple[float, float]]:
         plain = self.points(False)
         if arm == 0:

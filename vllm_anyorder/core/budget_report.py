@@ -11,7 +11,8 @@ def describe(c) -> str:
     acc = t["accepted"] / t["drafted"] if t["drafted"] else 0.0
     gain = d.goodput / d.plain_goodput if d.plain_goodput else 0.0
     why = ("measuring" if not d.plain_goodput else
-           f"predicted {gain:.2f}x the tokens/s of no drafts")
+           f"predicted {gain:.2f}x the tokens/s of no drafts"
+           + (", closed batch: valued by its time to finish" if d.closed else ""))
     return (f"budget {c.kind}: {d.rows} draft rows for {d.batch} requests "
             f"({why}); {t['steps_without_drafts']}/{t['steps']} steps without drafts, "
             f"{acc:.0%} of {t['drafted']} drafts accepted, "
@@ -26,7 +27,7 @@ def fingerprint(c) -> dict:
     """Controller ``c``'s decision state, rounded so that ranks measuring alike agree."""
     return {"decisions": c.decisions, "measured": c.measured, "chosen": c.chosen,
             "held": c.held, "probes": c.probes.state(), "guard": c.guard.state(),
-            "trust": sorted(c.trust.widest.items()),
+            "trust": sorted(c.trust.widest.items()), "watch": c.watch.state(),
             "realized": sorted([list(k), [round(x, 9) for x in v]]
                                for k, v in c.realized.table.items()),
             "cost": {str(k): sorted((b, round(m.rows, 6), round(m.seconds, 9))

@@ -52,3 +52,5 @@ class Decision:
     plain_goodput: float = 0.0  # predicted tokens / s with no drafts
     caps: list[int] = field(default_factory=list)
     guarded: bool = False  # the loss guard allowed no drafting in this step
+    closed: bool = False  # valued by the time to finish a closed batch (budget_drain)
+    lost: bool = False  # the realised rates overruled a choice to draft (Realized)

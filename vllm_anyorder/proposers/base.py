@@ -97,7 +97,23 @@ class AnyOrderProposer:
     def draft_caps(self, limits: list[int]) -> list[int]:
         """Drafts per input-batch row for the next step: each row's own limit (room left,
         configured size; 0 where it cannot draft) cut by the budget (``fixed``: the limits)."""
-        return self.budget.caps(self.batch_req_ids(), limits)
+        req_ids = self.batch_req_ids()
+        remaining = self.remaining_tokens(req_ids) if self.budget.mode == "auto" else None
+        return self.budget.caps(req_ids, limits, remaining)
+
+    def remaining_tokens(self, req_ids: list[str]) -> list[int] | None:
+        """The most tokens each request may still produce (``max_tokens`` less its output so
+        far; the worker updated both before ``propose``); None where any is unbounded or
+        unknown."""
+        requests = self.view.requests if self.view is not None else {}
+        out = []
+        for req_id in req_ids:
+            state = requests.get(req_id)
+            params = getattr(state, "sampling_params", None)
+            if params is None or params.max_tokens is None:
+                return None
+            out.append(max(0, params.max_tokens - len(state.output_token_ids)))
+        return out
 
     def draft(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: Any,
               token_ids_cpu: Any) -> list[list[int]]:

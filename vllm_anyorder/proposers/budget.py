@@ -132,7 +132,9 @@ class StepBudget:
                     "clean": clean, "seconds": seconds,
                     "requests": outcomes, **({"unit": unit} if unit else {}),
                     **({"depth": depth} if depth else {}),
-                    **({"guarded": True} if self.controller.last.guarded else {})}
+                    **({"guarded": True} if self.controller.last.guarded else {}),
+                    **({"closed": True} if self.controller.last.closed else {}),
+                    **({"lost": True} if self.controller.last.lost else {})}
             self._trace.write(json.dumps(line) + "\n")
             self._trace.flush()
         if self.controller.kind != "auto":
@@ -153,8 +155,10 @@ class StepBudget:
             if self.counting is not None:
                 self.counting.forget(live_set)
 
-    def caps(self, req_ids: list[str], limits: list[int]) -> list[int]:
-        return self.controller.allot(req_ids, limits)
+    def caps(self, req_ids: list[str], limits: list[int],
+             remaining: list[int] | None = None) -> list[int]:
+        """``remaining``: tokens each request has left at most (closed batches, core/budget)."""
+        return self.controller.allot(req_ids, limits, remaining)
 
     def end(self, req_ids: list[str], chains: list[list[int]], start: float) -> None:
         self._pending = _Pending(tuple(req_ids),

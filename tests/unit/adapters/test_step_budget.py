@@ -50,7 +50,7 @@ def test_acceptance_counts_only_our_drafts(clock):
     b.controller.kind = "auto"  # measure, while the caps stay the hook's
     seen = []
     b.controller.record_verified = lambda r, k, acc: seen.append((r, k, acc))
-    b.controller.allot = lambda req_ids, limits: [2, 0]
+    b.controller.allot = lambda req_ids, limits, remaining=None: [2, 0]
     step(b, clock, ["a", "b"], [[1], [1]], None, [4, 4], 0.01)
     # vLLM padded "b" to [token, -1, -1] (scheduled 2) but we drafted nothing for it
     step(b, clock, ["a", "b"], [[1, 2], [3]], [2, 2], [4, 4], 0.01)
@@ -132,7 +132,7 @@ def test_a_step_is_recorded_with_its_deepest_chain(clock):
     b.controller.record_step = lambda rows, drafting, s, batch, tokens, depth: \
         recorded.append((rows, drafting, depth))
     plan = iter([[3, 1], [0, 0], [0, 0]])
-    b.controller.allot = lambda req_ids, limits: next(plan)
+    b.controller.allot = lambda req_ids, limits, remaining=None: next(plan)
     step(b, clock, ["a", "b"], [[1], [1]], None, [8, 8], 0.01)
     step(b, clock, ["a", "b"], [[1, 2], [1]], [3, 1], [8, 8], 0.01)
     step(b, clock, ["a", "b"], [[1], [1]], [0, 0], [8, 8], 0.01)

@@ -1,0 +1,155 @@
+"""Closed batches: when nobody waits to take a finished request's place, what the batch costs is
+the time to finish all of it, not its tokens per second (``core/budget.py``'s closed mode).
+
+Plain decoding finishes a closed batch of equal requests together. The goodput rule gives draft
+rows to the requests most likely to accept them, so those finish early and the rest run on at a
+smaller batch; where a step costs about the same at any batch size (a small model on a CPU),
+each of those tail steps costs a full step for fewer tokens, and the drafting's gain is spent
+there (issue 22, ``assd`` at batch 8: 577 of 1,433 steps ran at batch 1-7, 3.40 s where the
+full batch's plain speed would have taken 2.44 s; drafting every request 2 rows, 1.08-1.16x,
+beat the goodput rule, 0.93-1.00x). In a closed batch the controller therefore
+
+1. orders the rows in rounds (:func:`water_fill`): every request's j-th row before any
+   request's (j+1)-th, and within a round first the request predicted to finish last, n_i /
+   rho_i largest (n_i tokens left, rho_i = 1 + the gains of its rows so far: expected tokens
+   per step). Pure water-filling (always the request predicted to finish last) sent chains
+   of 8 to the requests that accept least, priced by engine-wide acceptance learnt on the
+   requests that accept most: 2-11% of positions 4-8 accepted, 0.96x (issue 22); and
+2. values the first r rows of that order by the predicted time to drain the batch if every
+   request kept its rows (:func:`drain_seconds`): T = sum_k (f_k - f_{k-1}) * cost(rows of the
+   requests still running), f the finish steps n_i / rho_i in ascending order, cost the
+   measured step-cost curve; the value is the batch's tokens left over T (plain decoding: rho =
+   1, no drafting rows), in the same unit as goodput.
+
+With one request both reduce to the goodput rule (rho / cost). Whether a batch is closed is
+:class:`BatchWatch`'s call, from the request ids of each step alone.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Callable
+
+
+class BatchWatch:
+    """Closed while no request joined since either every request of the batch joined in the
+    same step (the start of an offline batch) or a request left ``grace`` steps ago with nobody
+    taking its place (a server refills a freed seat within a step or two while requests wait;
+    the end of a load, an offline batch's tail)."""
+
+    def __init__(self, grace: int = 4) -> None:
+        self.grace = grace
+        self.joined: dict[str, int] = {}  # req_id -> step it joined
+        self.step = 0
+        self.left_at: int | None = None  # first departure since the last join
+
+    def observe(self, req_ids: list[str]) -> bool:
+        """This step's batch; whether it is closed."""
+        self.step += 1
+        joined, new = self.joined, False
+        for req_id in req_ids:
+            if req_id not in joined:
+                joined[req_id] = self.step
+                new = True
+        if len(joined) != len(req_ids):  # someone left
+            live = set(req_ids)
+            for req_id in [r for r in joined if r not in live]:
+                del joined[req_id]
+            if self.left_at is None:
+                self.left_at = self.step
+        if new:
+            self.left_at = None
+            return False
+        if self.left_at is not None and self.step - self.left_at >= self.grace:
+            return True
+        steps = iter(joined.values())
+        first = next(steps, None)
+        return first is not None and all(s == first for s in steps)
+
+    def state(self) -> list:
+        return [self.step, self.left_at, sorted(self.joined.items())]
+
+
+def water_fill(remaining: list[int], gains: list[list[float]],
+               most: int) -> list[tuple[float, int]]:
+    """Up to ``most`` rows as (gain, batch row) in rounds: the requests with the fewest rows
+    so far first, among them the one predicted to finish last (``gains[i]``: request i's row
+    gains in chain order, none past its limit; ties to the lower row, so every TP rank orders
+    alike)."""
+    rate = [1.0] * len(remaining)
+    used = [0] * len(remaining)
+    heap = [(0, -n, i) for i, n in enumerate(remaining) if gains[i]]
+    heapq.heapify(heap)
+    order: list[tuple[float, int]] = []
+    while heap and len(order) < most:
+        _, _, i = heapq.heappop(heap)
+        g = gains[i][used[i]]
+        used[i] += 1
+        rate[i] += g
+        order.append((g, i))
+        if used[i] < len(gains[i]):
+            heapq.heappush(heap, (used[i], -remaining[i] / rate[i], i))
+    return order
+
+
+def drain_seconds(remaining: list[int], rate: list[float], rows: list[int],
+                  seconds_of: Callable[[int, bool], float | None]) -> float | None:
+    """Predicted seconds until every request finished, each keeping ``rows[i]`` draft rows and
+    committing ``rate[i]`` tokens per step; ``seconds_of(rows, drafting)`` prices one step of
+    that many rows (None: unknown, and so is the drain)."""
+    finish = sorted(zip((n / r for n, r in zip(remaining, rate)), rows))
+    running, drafts = len(remaining) + sum(rows), sum(rows)
+    total, before = 0.0, 0.0
+    for steps, own in finish:
+        if steps > before:
+            seconds = seconds_of(running, drafts > 0)
+            if seconds is None:
+                return None
+            total += (steps - before) * seconds
+            before = steps
+        running -= 1 + own
+        drafts -= own
+    return total
+
+
+class DrainValue:
+    """Value of drafting the first r rows of a water-filled ``order``: the batch's tokens left
+    over the predicted drain time (tokens / s, comparable with goodput). One per decision: the
+    step prices come as tables (``tables(drafting, depth)``: seconds by row count 0..rows, None
+    before a measurement), and the rows of ascending r are added on, not recounted."""
+
+    def __init__(self, remaining: list[int], order: list[tuple[float, int]],
+                 tables: Callable[[bool, int], list[float] | None], depth: list[int]) -> None:
+        self.remaining, self.order, self.depth = remaining, order, depth
+        self.tables = tables
+        self.tokens = float(sum(remaining))
+        self._memo: dict[int, float | None] = {}
+        self._upto, self._rate, self._rows = 0, [1.0] * len(remaining), [0] * len(remaining)
+
+    def __call__(self, r: int) -> float | None:
+        if r in self._memo:
+            return self._memo[r]
+        if r < self._upto:  # a smaller r after a larger one: count again
+            self._upto, self._rate = 0, [1.0] * len(self.remaining)
+            self._rows = [0] * len(self.remaining)
+        rate, rows = self._rate, self._rows
+        for g, i in self.order[self._upto: r]:
+            rate[i] += g
+            rows[i] += 1
+        self._upto = max(self._upto, min(r, len(self.order)))
+        plain = self.tables(False, 0)
+        drafting = self.tables(True, self.depth[min(r, len(self.depth) - 1)]) if r else plain
+        value = None
+        if plain is not None and drafting is not None:
+            seconds = drain_seconds(self.remaining, rate, rows,
+                                    lambda n, d: drafting[n] if d else plain[n])
+            value = self.tokens / seconds if seconds and self.tokens else None
+        self._memo[r] = value
+        return value
+
+
+def thin(rows: list[int], batch: int) -> list[int]:
+    """A closed batch's candidate row counts: each drain is O(batch), so past four rows only
+    every ``batch // 4``-th count (and the last) is valued."""
+    stride = max(1, batch // 4)
+    return [r for r in rows if r <= 4 or r % stride == 0 or r == rows[-1]]
