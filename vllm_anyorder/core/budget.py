@@ -80,6 +80,7 @@ class BudgetController:
         self.trust = TrustRegion()
         self.guard = LossGuard(settings.loss_share, settings.loss_horizon)
         self.watch = BatchWatch()  # closed batches (budget_drain)
+        self._hold: tuple[list[str], list[int], int] | None = None  # (batch, caps, steps left)
         self.measured = 0  # steps whose cost was measured
         self.run = 0  # measured drafting steps in a row the controller chose (no probes)
         self.decisions = 0
@@ -152,6 +153,9 @@ class BudgetController:
         batch = len(req_ids)
         # a closed batch is valued by the time to finish it (budget_drain); one request: same
         closed = self.watch.observe(req_ids) and remaining is not None and batch > 1
+        held = self._reuse(req_ids, limits, closed)
+        if held is not None:
+            return held
         plain = self._goodput(batch, 0, 0.0)
         if plain is None:  # nothing measured yet: plain decoding first, then grow from it
             self.last = Decision(0, batch, True)
@@ -173,7 +177,7 @@ class BudgetController:
         room, trusted = self.guard.allowance(batch), min(len(order), reach)
         reach = self._affordable(batch, trusted, depth, room)
         order = order[:reach]
-        best, best_val = 0, plain
+        best, best_val, worse = 0, plain, 0
         need, ceiling = plain * (1 + self.s.margin), batch + prefix[reach]
         for r in (thin(candidates(reach), batch) if closed else candidates(reach)):
             if not closed:
@@ -186,7 +190,11 @@ class BudgetController:
             if val is None:
                 continue
             if val > best_val * (1 + 1e-9) and val >= need:
-                best, best_val = r, val
+                best, best_val, worse = r, val, 0
+            elif closed and best and val < best_val:
+                worse += 1  # a drain's value rises to one peak and falls (gains concave,
+                if worse == 3:  # costs rising): three counts past it in a row end the search
+                    break
         anchor = min(self.chosen, len(order))
         anchor_val = value(anchor) or 0.0
         # hysteresis holds the current choice only while it is predicted no slower than
@@ -228,7 +236,23 @@ class BudgetController:
                     return self._probe_caps(order, up, limits, best_val, plain, reach)
             probe = rows != best
         self.last = Decision(rows, batch, probe, best_val, plain, closed=closed, lost=lost)
-        return caps_of(order, rows, batch)
+        caps = caps_of(order, rows, batch)
+        if closed and not probe:
+            self._hold = (list(req_ids), caps, self.s.closed_hold)
+        return caps
+
+    def _reuse(self, req_ids: list[str], limits: list[int], closed: bool) -> list[int] | None:
+        """A closed batch's last decision, again (within each request's limit), for up to
+        ``closed_hold`` more steps while the batch and the books are unchanged and no probe is
+        due: each decision there values a dozen drains (~0.3 ms of a ~8 ms step); None:
+        decide afresh."""
+        hold, self._hold = self._hold, None
+        if hold is None or not closed or hold[2] <= 0 or hold[0] != req_ids or \
+                self.held is not None or self.guard.allowance(len(req_ids)) < 0 or \
+                self.probes.due(self.decisions, self.measured):
+            return None
+        self._hold = (hold[0], hold[1], hold[2] - 1)
+        return [min(c, lim) for c, lim in zip(hold[1], limits)]
 
     def _drafting_lost(self, batch: int) -> bool:
         """The drafting steps chosen at this batch size lately really committed fewer tokens

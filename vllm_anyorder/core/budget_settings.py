@@ -39,6 +39,9 @@ class BudgetSettings:
     # the measured time, over about ``loss_horizon`` steps (budget_guard)
     loss_share: float = 0.01
     loss_horizon: int = 256
+    # a closed batch's decision is reused this many more steps while its requests are the
+    # same (budget_drain: each decision values a dozen drains)
+    closed_hold: int = 3
 
 
 @dataclass

@@ -152,3 +152,25 @@ def test_one_request_decides_as_under_the_goodput_rule():
     a = run_closed_batches([0.7], nearly_flat, closed=True, batches=3)
     b = run_closed_batches([0.7], nearly_flat, closed=False, batches=3)
     assert a == b
+
+
+def test_one_slow_first_drafting_step_does_not_price_drafting_out_for_good():
+    """Seen in the engine (issue 22): the warm-up's drafting steps at 2 requests measured
+    (4 rows, 5.45 ms) and, once, (6 rows, 19.5 ms); extrapolated through that slope, no row
+    was ever affordable at batch 8, and nothing was probed. Young drafting buckets are priced
+    at no more than the plain curve plus the least overhead any of them showed."""
+    from vllm_anyorder.core.budget_models import YOUNG_SAMPLES, StepCost
+
+    cost = StepCost()
+    for step in range(YOUNG_SAMPLES):
+        cost.observe(2, False, 0.00377, step)
+        cost.observe(8, False, 0.00575, step)
+    cost.observe(4, True, 0.00545, 10)
+    cost.observe(6, True, 0.01953, 11)
+    plain_8 = cost.predict(8, False)
+    assert cost.predict(16, True) < 2 * plain_8  # a plausible drafting step at batch 8
+    for step in range(12, 12 + YOUNG_SAMPLES):  # the slow bucket, slow again: it stands
+        cost.observe(6, True, 0.01953, step)
+    cost.observe(4, True, 0.00545, 20)
+    cost.observe(4, True, 0.00545, 21)
+    assert cost.predict(6, True) == pytest.approx(0.01953)
