@@ -174,3 +174,18 @@ def test_one_slow_first_drafting_step_does_not_price_drafting_out_for_good():
     cost.observe(4, True, 0.00545, 20)
     cost.observe(4, True, 0.00545, 21)
     assert cost.predict(6, True) == pytest.approx(0.01953)
+
+
+def test_the_price_table_is_predict_at_every_row_count():
+    """``StepCost.table`` walks the curve once for the drain; it must price every row count as
+    ``predict`` does (flat below the first point, the last slope beyond the last)."""
+    from vllm_anyorder.core.budget_models import StepCost
+
+    rng = random.Random(3)
+    cost = StepCost()
+    for step in range(40):
+        rows, drafting = rng.randint(2, 30), rng.random() < 0.6
+        cost.observe(rows, drafting, 0.004 + 0.0003 * rows * (1 + 0.2 * rng.random()), step)
+    for drafting in (False, True):
+        table = cost.table(drafting, 1, 48)
+        assert table == pytest.approx([cost.predict(n, drafting) for n in range(49)])
