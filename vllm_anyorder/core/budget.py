@@ -3,8 +3,8 @@
 Every method drafts "up to its configured size"; whether those rows pay depends on the machine,
 the load and how often this model's drafts are accepted. The controller chooses, each engine
 step, the draft rows R of the whole batch that maximise expected committed tokens per second,
-from what it measured itself (``budget_models``): goodput(R) = (B + sum of the R largest gains)
-/ cost(B + R rows), with B the requests of the batch (each commits one token anyway), the gains
+from what it measured itself (``budget_models``, ``budget_accept``): goodput(R) = (B + sum of
+the R largest gains) / cost(B + R rows), with B the requests of the batch (each commits one token anyway), the gains
 g_{i,j} = prod_{m<=j} a_{i,m} the expected accepted drafts the j-th row of request i adds, and
 cost the measured step time (R = 0: the plain-decoding arm). Rows therefore go to the requests
 whose next draft is most likely accepted; R = 0 is plain decoding, which is what makes the
@@ -51,10 +51,11 @@ import math
 import operator
 from typing import Callable
 
-from .budget_drain import BatchWatch, DrainValue, thin, water_fill
+from .budget_accept import Acceptance, Realized
+from .budget_drain import ClosedBatch, DrainValue, thin, water_fill
 from .budget_guard import LossGuard
-from .budget_models import YOUNG_SAMPLES, Acceptance, Realized, StepCost
-from .budget_probes import ProbeSchedule
+from .budget_models import YOUNG_SAMPLES, StepCost
+from .budget_probes import Explorer
 from .budget_report import describe, fingerprint
 from .budget_rows import TrustRegion, candidates, caps_of, deepest, prefix_sums
 from .budget_settings import BudgetSettings, Decision, parse_mode
@@ -79,16 +80,14 @@ class BudgetController:
         self.realized = Realized()
         self.trust = TrustRegion()
         self.guard = LossGuard(settings.loss_share, settings.loss_horizon)
-        self.watch = BatchWatch()  # closed batches (budget_drain)
-        self._hold: tuple[list[str], list[int], int] | None = None  # (batch, caps, steps left)
+        self.closed = ClosedBatch(settings.closed_hold)  # closed batches (budget_drain)
         self.measured = 0  # steps whose cost was measured
         self.run = 0  # measured drafting steps in a row the controller chose (no probes)
         self.decisions = 0
         self.chosen = 0  # R of the last non-probe decision (hysteresis anchor)
         self.last = Decision()
-        self.held: tuple[int, int, int] | None = None  # an upward probe: rows, batch, steps
-        self.probes = ProbeSchedule(settings.probe_every, settings.warmup_steps,
-                                    settings.max_backoff)
+        self.explore = Explorer(settings, self.cost)  # probes (budget_probes)
+        self.probes = self.explore.schedule
         self.totals = {"steps": 0, "steps_without_drafts": 0, "drafted": 0, "accepted": 0,
                        "probes": 0, "guarded": 0}
 
@@ -126,11 +125,12 @@ class BudgetController:
 
     # ------------------------------------------------------------------ decisions
     def allot(self, req_ids: list[str], limits: list[int],
-              remaining: list[int] | None = None) -> list[int]:
+              remaining: Callable[[], list[int] | None] | None = None) -> list[int]:
         """Drafts per request for the next step (<= each limit); ``limits`` already holds each
         request's own bound (room left, configured size; 0 for a request that cannot draft);
-        ``remaining``: the tokens each request has left at most (None: unknown; then the
-        closed-batch rule of ``budget_drain`` never applies)."""
+        ``remaining()``: the tokens each request has left at most, asked only where the batch
+        is closed (None, or it returns None: unknown; then the closed-batch rule of
+        ``budget_drain`` does not apply)."""
         self.decisions += 1
         if self.kind == "fixed":
             caps = list(limits)
@@ -149,11 +149,12 @@ class BudgetController:
         return caps
 
     def _auto(self, req_ids: list[str], limits: list[int],
-              remaining: list[int] | None) -> list[int]:
+              remaining: Callable[[], list[int] | None] | None) -> list[int]:
         batch = len(req_ids)
         # a closed batch is valued by the time to finish it (budget_drain); one request: same
-        closed = self.watch.observe(req_ids) and remaining is not None and batch > 1
-        held = self._reuse(req_ids, limits, closed)
+        left = self.closed.tokens_left(req_ids, remaining)
+        closed = left is not None
+        held = self.closed.reuse(req_ids, limits, closed, lambda: self._may_keep(batch))
         if held is not None:
             return held
         plain = self._goodput(batch, 0, 0.0)
@@ -162,13 +163,14 @@ class BudgetController:
             return [0] * batch
         # the trust region (budget_rows.TrustRegion) bounds choices and probes alike
         reach = self.trust.reach(batch)
-        order = self._drain_rows(req_ids, limits, reach, remaining) if closed else \
+        order = water_fill(left, self._gains(req_ids, limits, reach), reach) if closed else \
             self._ranked_rows(req_ids, limits, reach)  # best first
         gains = [g for g, _ in order]
         prefix = prefix_sums(gains)
         depth = deepest(order, batch)
         if closed:
-            value = DrainValue(remaining, order, self._tables(batch + len(order)), depth)
+            tables = self.cost.price_tables(batch + len(order), self._stage)
+            value = DrainValue(left, order, tables, depth)
             plain = value(0) or plain
         else:
             def value(r: int) -> float | None:
@@ -214,45 +216,29 @@ class BudgetController:
             self.totals["guarded"] += 1
         self.chosen = best
         if not allowed:  # a plain step: no held probe, no probe; the decision says why
-            self.held = None
+            self.explore.held = None
             self.last = Decision(0, batch, False, best_val, plain, guarded=True, closed=closed)
             return [0] * batch
-        held = self._held_rows(batch, len(order))
+        held = self.explore.held_rows(batch, len(order))
         if held is not None:  # an upward probe holding its row count
             return self._probe_caps(order, held, limits, best_val, plain, reach)
-        self.probes.judge(batch, best)
-        rows, probe = best, self.probes.due(self.decisions, self.measured)
-        if probe:  # a neighbour of the choice: no drafts, a few more rows, or twice as many
-            self.totals["probes"] += 1
-            self.probes.started(self.decisions, batch, best, self.measured)
-            kind = self.totals["probes"] % 3
-            if best > 0 and kind == 0:
-                rows = 0 if self._stale(batch, False) else best
-            else:  # the nearest row count above the choice not measured lately
-                up = self._probe_up(best, reach, batch, far=kind == 2)
-                if up is not None:
-                    if self.s.probe_hold > 1:
-                        self.held = (up, batch, self.s.probe_hold - 1)
-                    return self._probe_caps(order, up, limits, best_val, plain, reach)
-            probe = rows != best
+        probes = self.explore.count
+        rows, up = self.explore.choose(best, reach, batch, self.decisions, self.measured)
+        self.totals["probes"] += self.explore.count - probes
+        if up:  # the nearest row count above the choice not measured lately
+            return self._probe_caps(order, rows, limits, best_val, plain, reach)
+        probe = rows != best  # no drafts, where plain steps are not fresh
         self.last = Decision(rows, batch, probe, best_val, plain, closed=closed, lost=lost)
         caps = caps_of(order, rows, batch)
         if closed and not probe:
-            self._hold = (list(req_ids), caps, self.s.closed_hold)
+            self.closed.keep(req_ids, caps)
         return caps
 
-    def _reuse(self, req_ids: list[str], limits: list[int], closed: bool) -> list[int] | None:
-        """A closed batch's last decision, again (within each request's limit), for up to
-        ``closed_hold`` more steps while the batch and the books are unchanged and no probe is
-        due: each decision there values a dozen drains (~0.3 ms of a ~8 ms step); None:
-        decide afresh."""
-        hold, self._hold = self._hold, None
-        if hold is None or not closed or hold[2] <= 0 or hold[0] != req_ids or \
-                self.held is not None or self.guard.allowance(len(req_ids)) < 0 or \
-                self.probes.due(self.decisions, self.measured):
-            return None
-        self._hold = (hold[0], hold[1], hold[2] - 1)
-        return [min(c, lim) for c, lim in zip(hold[1], limits)]
+    def _may_keep(self, batch: int) -> bool:
+        """A closed decision may be kept (``ClosedBatch.reuse``): no upward probe is held, the
+        books allow drafting at this batch size and no probe is due."""
+        return self.explore.held is None and self.guard.allows(batch) and \
+            not self.probes.due(self.decisions, self.measured)
 
     def _drafting_lost(self, batch: int) -> bool:
         """The drafting steps chosen at this batch size lately really committed fewer tokens
@@ -263,15 +249,6 @@ class BudgetController:
         drafting = self.realized.rate(batch, True, now, self.s.stale_after)
         plain = self.realized.rate(batch, False, now, now)
         return drafting is not None and plain is not None and drafting < plain
-
-    def _held_rows(self, batch: int, total: int) -> int | None:
-        """This step's rows of a held upward probe; None without one (a new batch size
-        ends it)."""
-        if self.held is None:
-            return None
-        rows, held_batch, left = self.held
-        self.held = (rows, batch, left - 1) if left > 1 and held_batch == batch else None
-        return min(rows, total) if held_batch == batch and total else None
 
     def _probe_caps(self, order: list[tuple[float, int]], rows: int, limits: list[int],
                     best_val: float, plain: float, most: int) -> list[int]:
@@ -308,58 +285,20 @@ class BudgetController:
         return self.cost.predict(batch + best, True, self._stage(depth[best])) <= \
             self.cost.predict(batch + anchor, True, self._stage(depth[anchor]))
 
-    def _probe_up(self, best: int, total: int, batch: int, far: bool) -> int | None:
-        """Draft rows of an upward probe: the first count above ``best`` whose cost was not
-        measured lately, within twice the choice (at least four more drafts per request:
-        ``far``) or a quarter more (at least one more per request), and within ``total``
-        (the trust region); None when all of them are fresh."""
-        span = max(best, 4 * batch) if far else max(best // 4, batch)
-        for r in candidates(min(total, best + span)):
-            if r > best and self._stale(batch + r, True):
-                return r
-        return None
-
-    def _stale(self, rows: int, drafting: bool) -> bool:
-        """Worth a probe: never measured, measured fewer than ``YOUNG_SAMPLES`` times (a first step
-        at a new shape can be slow for reasons of its own, e.g. the kernels it builds, and
-        would price that row count for ``stale_after`` steps), or not since ``stale_after``
-        decisions (warm-up probes always run: the first measurements are what everything
-        rests on)."""
-        seen = self.cost.last_seen(rows, drafting)
-        return seen is None or self.measured < self.s.warmup_steps or \
-            self.cost.samples(rows, drafting) < YOUNG_SAMPLES or \
-            self.decisions - seen >= self.s.stale_after
+    def _gains(self, req_ids: list[str], limits: list[int], most: int) -> list[list[float]]:
+        """Each request's row gains in chain order, up to its limit and ``most``."""
+        return [self.accept.gains(req_id, min(limit, most), MIN_GAIN)
+                for req_id, limit in zip(req_ids, limits)]
 
     def _ranked_rows(self, req_ids: list[str], limits: list[int],
                      most: int) -> list[tuple[float, int]]:
         """The ``most`` best candidate draft rows of the batch as (gain, batch row), best gain
         first (a request's gains are non-increasing, so its rows come in chain order)."""
-        order = []
-        for row, (req_id, limit) in enumerate(zip(req_ids, limits)):
-            order += [(g, row) for g in self.accept.gains(req_id, min(limit, most), MIN_GAIN)]
+        order = [(g, row) for row, gains in enumerate(self._gains(req_ids, limits, most))
+                 for g in gains]
         # descending runs, one per request: timsort merges them in about n log(batch)
         order.sort(key=_gain, reverse=True)
         return order[:most]
-
-    def _drain_rows(self, req_ids: list[str], limits: list[int], most: int,
-                    remaining: list[int]) -> list[tuple[float, int]]:
-        """A closed batch's candidate rows, (gain, batch row), in rounds, the request predicted
-        to finish last first in each (``budget_drain.water_fill``)."""
-        gains = [self.accept.gains(req_id, min(limit, most), MIN_GAIN)
-                 for req_id, limit in zip(req_ids, limits)]
-        return water_fill(remaining, gains, most)
-
-    def _tables(self, most: int) -> Callable[[bool, int], list[float] | None]:
-        """Step seconds by row count 0..most, per arm and drafting depth, built once a decision
-        (the closed-batch drain reads dozens of them)."""
-        built: dict[tuple[bool, int], list[float] | None] = {}
-
-        def table(drafting: bool, depth: int) -> list[float] | None:
-            key = (drafting, self._stage(depth) if drafting else 0)
-            if key not in built:
-                built[key] = self.cost.table(drafting, max(1, key[1]), most)
-            return built[key]
-        return table
 
     def _stage(self, depth: int) -> int:
         if self.stages is None or depth <= 0:

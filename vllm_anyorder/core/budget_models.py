@@ -1,7 +1,8 @@
-"""What the speculation budget controller measures: step cost against rows, and acceptance.
+"""What the speculation budget controller measures: step cost against rows (acceptance and the
+realised rates: ``budget_accept``).
 
-Both models are fed by the engine's own steps (``core/budget.py`` decides from them); neither
-imports torch or vLLM. Every number they hold came from a measured step: nothing here is a
+The model is fed by the engine's own steps (``core/budget.py`` decides from it); it does not
+import torch or vLLM. Every number they hold came from a measured step: nothing here is a
 hand-set constant of the machine.
 
 * :class:`StepCost` -- wall seconds of one engine step as a function of the rows the target
@@ -14,10 +15,6 @@ hand-set constant of the machine.
   deeper chains (``specdiff``: ceil(T d / gamma)) tells each drafting step's ``stage`` (the
   drafter forwards it ran); each stage is an arm of its own, and a stage not measured yet is
   predicted from the nearest measured one plus the measured cost of a drafter forward.
-* :class:`Acceptance` -- per draft position j, P(draft j accepted | drafts < j accepted), engine
-  wide (exponentially weighted counts) and per request (its own counts, shrunk towards the
-  engine-wide rate with a small prior weight). ``gains(req, n)`` is the expected number of
-  accepted drafts each of the first n rows adds: g_j = prod_{m <= j} a_m (non-increasing).
 """
 
 from __future__ import annotations
@@ -25,6 +22,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 
 YOUNG_SAMPLES = 3  # a cost bucket with fewer samples is young (its figure is not yet trusted)
@@ -166,6 +164,19 @@ class StepCost:
             out.append(y0 + (y1 - y0) * (x - x0) / max(x1 - x0, 1e-9))
         return out
 
+    def price_tables(self, upto: int,
+                     stage: Callable[[int], int]) -> Callable[[bool, int], list[float] | None]:
+        """:meth:`table` by ``(drafting, depth)``, each built once (``stage(depth)``: the
+        drafter forwards at that depth; the closed-batch drain reads dozens a decision)."""
+        built: dict[tuple[bool, int], list[float] | None] = {}
+
+        def table(drafting: bool, depth: int) -> list[float] | None:
+            key = (drafting, stage(depth) if drafting else 0)
+            if key not in built:
+                built[key] = self.table(drafting, max(1, key[1]), upto)
+            return built[key]
+        return table
+
     def _curve(self, arm: int) -> list[tuple[float, float]]:
         plain = self.points(False)
         if arm == 0:
@@ -229,145 +240,3 @@ def _interpolate(pts: list[tuple[float, float]], x: float) -> float:
     i = min(bisect.bisect_left(pts, (x, float("-inf"))), len(pts) - 1)  # first x_i >= x
     (x0, y0), (x1, y1) = pts[i - 1], pts[i]
     return y0 + (y1 - y0) * (x - x0) / max(x1 - x0, 1e-9)  # beyond the last: its slope
-
-
-class Acceptance:
-    """Conditional acceptance by draft position, engine-wide and per request.
-
-    An observation is one verified chain: ``drafted`` drafts, the first ``accepted`` kept.
-    Position j (1-based) was tried iff j <= drafted, and accepted iff j <= accepted (the rule
-    stops at the first rejection, so later drafts were never judged)."""
-
-    def __init__(self, max_positions: int, prior: float = 0.5, prior_weight: float = 2.0,
-                 decay: float = 0.02, request_weight: float = 2.0,
-                 request_decay: float = 0.25) -> None:
-        self.n = max(1, max_positions)
-        self.decay = decay
-        # drafts of one request are accepted in bursts (a loop found, a Jacobi iterate
-        # converged): its own counts forget fast, so a burst is drafted for within a step or two
-        self.request_decay = request_decay
-        self.request_weight = request_weight  # pseudo-trials of the engine rate per request
-        self.prior, self.prior_weight = prior, prior_weight
-        # engine-wide exponentially forgotten (accepted, tried) per position
-        self.engine = [[0.0, 0.0] for _ in range(self.n)]
-        self.requests: dict[str, list[list[float]]] = {}
-        # req_id -> positions with counts (the deepest judged + 1; counts beyond are 0)
-        self._judged: dict[str, int] = {}
-        self._engine_rates: list[float] | None = None
-
-    def observe(self, req_id: str, drafted: int, accepted: int) -> None:
-        drafted = min(drafted, self.n)
-        accepted = min(accepted, drafted)
-        if drafted <= 0:
-            return
-        self._engine_rates = None
-        own = self.requests.setdefault(req_id, [[0.0, 0.0] for _ in range(self.n)])
-        judged = min(drafted, accepted + 1)  # positions this chain had judged
-        if judged > self._judged.get(req_id, 0):
-            self._judged[req_id] = judged
-        for j in range(drafted):
-            if j > accepted:  # never judged: the chain was cut at position accepted + 1
-                break
-            hit = 1.0 if j < accepted else 0.0
-            counts = self.engine[j]  # exponentially forgotten: the last ~1/decay trials
-            counts[0] = counts[0] * (1.0 - self.decay) + hit
-            counts[1] = counts[1] * (1.0 - self.decay) + 1.0
-            keep = 1.0 - self.request_decay  # a request's own rate follows its recent steps
-            own[j][0] = own[j][0] * keep + hit
-            own[j][1] = own[j][1] * keep + 1.0
-
-    def engine_rates(self) -> list[float]:
-        """Engine-wide rate per position; a position seldom tried leans on the one before it
-        (the first on the prior): (hits_j + w a_{j-1}) / (tries_j + w)."""
-        if self._engine_rates is None:
-            rates, before, w = [], self.prior, self.prior_weight
-            for hits, tries in self.engine:
-                before = (hits + w * before) / (tries + w)
-                rates.append(before)
-            self._engine_rates = rates
-        return self._engine_rates
-
-    def rate(self, req_id: str | None, position: int) -> float:
-        """P(draft at ``position`` (0-based) accepted | earlier ones accepted): the request's
-        own (recent) counts, shrunk towards the engine-wide rate with ``request_weight``
-        pseudo-trials."""
-        j = min(position, self.n - 1)
-        engine = self.engine_rates()[j]
-        own = self.requests.get(req_id) if req_id is not None else None
-        if own is None:
-            return engine
-        w = self.request_weight
-        return (own[j][0] + w * engine) / (own[j][1] + w)
-
-    def gains(self, req_id: str | None, n: int, floor: float = 0.0) -> list[float]:
-        """Expected accepted drafts added by each of the first n rows: g_j = prod_{m<=j} a_m,
-        stopping before the first gain below ``floor``."""
-        engine, w = self.engine_rates(), self.request_weight
-        own = self.requests.get(req_id) if req_id is not None else None
-        last = self.n - 1
-        out, run = [], 1.0
-        for j in range(n):
-            k = j if j < last else last
-            a = engine[k] if own is None else (own[k][0] + w * engine[k]) / (own[k][1] + w)
-            run *= a
-            if run < floor:
-                break
-            out.append(run)
-        return out
-
-    def relax(self, req_id: str) -> None:
-        """A step in which the request did not draft: its own counts fade as if a step of
-        evidence had passed, so a request that stopped drafting after a bad stretch leans
-        back on the engine-wide rate and is tried again a few steps later (its own counts
-        only ever change when it drafts)."""
-        own = self.requests.get(req_id)
-        if own is not None:
-            keep = 1.0 - self.request_decay
-            for counts in own[:self._judged.get(req_id, 0)]:  # the rest are zeros
-                counts[0] *= keep
-                counts[1] *= keep
-
-    def forget(self, live: set[str]) -> None:
-        for req_id in [r for r in self.requests if r not in live]:
-            del self.requests[req_id]
-            self._judged.pop(req_id, None)
-
-
-class Realized:
-    """Committed tokens per second the engine really got, per batch size and arm (drafting
-    or plain), exponentially forgotten: the check on the models' prediction. A model that
-    over-predicts drafting (e.g. Jacobi acceptance counted only at refined positions) is
-    overruled by what its choices actually gave. The controller feeds it the drafting steps
-    it chose (not its probes: a probe's one-off chain shows what a chain gives when it was
-    never drafted for before) and every plain step."""
-
-    def __init__(self, decay: float = 0.05, min_drafting: float = 6.0,
-                 min_plain: float = 2.0) -> None:
-        self.decay = decay
-        # steps before a figure counts: about 7 drafting steps (a chain drafted afresh
-        # needs a few to settle), 2 plain ones (a plain step is what it is; they are rare)
-        self.min_weight = {True: min_drafting, False: min_plain}
-        # (batch, drafting) -> [tokens, seconds, weight, step of the last observation]
-        self.table: dict[tuple[int, bool], list[float]] = {}
-
-    def observe(self, batch: int, drafting: bool, tokens: int, seconds: float,
-                step: int, restart_after: int | None = None) -> None:
-        """One step; a figure last observed more than ``restart_after`` steps ago starts
-        afresh (the retry :meth:`rate` allows then is judged on its own steps, not drowned
-        in the stale figure that stopped drafting)."""
-        t = self.table.get((batch, bool(drafting)))
-        if t is None or (restart_after is not None and step - t[3] > restart_after):
-            t = self.table[(batch, bool(drafting))] = [0.0, 0.0, 0.0, 0.0]
-        keep = 1.0 - self.decay
-        t[0], t[1], t[2] = t[0] * keep + tokens, t[1] * keep + seconds, t[2] * keep + 1.0
-        t[3] = step
-
-    def rate(self, batch: int, drafting: bool, now: int, max_age: int) -> float | None:
-        """Tokens per second of this arm at this batch size; None until enough steps, or
-        when the last one is more than ``max_age`` steps old (then the prediction is tried
-        again for real)."""
-        t = self.table.get((batch, bool(drafting)))
-        if t is None or t[2] < self.min_weight[bool(drafting)] or t[1] <= 0 or \
-                now - t[3] > max_age:
-            return None
-        return t[0] / t[1]

@@ -19,11 +19,19 @@ accepted). The schedule therefore backs off:
   factor (``spacing``), as it is a probe of its own.
 
 A step with a new batch size judges nothing: its choice differs for reasons of its own.
+Which neighbour a probe runs is :class:`Explorer`'s call: no drafts (when the choice drafts),
+or the nearest row count above the choice not measured lately (a quarter more rows, or twice
+as many: at least one, or four, more drafts per request), held for ``probe_hold`` steps.
+
 Everything here is a function of decisions and choices the controller made, so every TP rank,
 fed the same measurements, keeps the same schedule.
 """
 
 from __future__ import annotations
+
+from .budget_models import YOUNG_SAMPLES, StepCost
+from .budget_rows import candidates
+from .budget_settings import BudgetSettings
 
 
 class ProbeSchedule:
@@ -72,3 +80,72 @@ class ProbeSchedule:
 
     def state(self) -> list:
         return [self.backoff, self.last, self.pending]
+
+
+class Explorer:
+    """The neighbour of the controller's choice a step probes, when :class:`ProbeSchedule`
+    says a probe is due (``decision``: the controller's decision count; ``measured``: its
+    measured steps)."""
+
+    def __init__(self, settings: BudgetSettings, cost: StepCost) -> None:
+        self.s, self.cost = settings, cost
+        self.schedule = ProbeSchedule(settings.probe_every, settings.warmup_steps,
+                                      settings.max_backoff)
+        self.held: tuple[int, int, int] | None = None  # an upward probe: rows, batch, steps
+        self.count = 0  # probes run
+
+    def held_rows(self, batch: int, total: int) -> int | None:
+        """This step's rows of a held upward probe; None without one (a new batch size
+        ends it)."""
+        if self.held is None:
+            return None
+        rows, held_batch, left = self.held
+        self.held = (rows, batch, left - 1) if left > 1 and held_batch == batch else None
+        return min(rows, total) if held_batch == batch and total else None
+
+    def choose(self, best: int, reach: int, batch: int, decision: int,
+               measured: int) -> tuple[int, bool]:
+        """(rows, upward) of this step: the choice ``best`` unless a probe is due; then no
+        drafts (every third probe of a drafting choice, where plain steps are not fresh) or
+        the nearest stale row count above it within ``reach`` (``upward``: the caller lifts
+        every request to one draft where that fits)."""
+        self.schedule.judge(batch, best)
+        if not self.schedule.due(decision, measured):
+            return best, False
+        self.count += 1
+        self.schedule.started(decision, batch, best, measured)
+        kind = self.count % 3
+        if best > 0 and kind == 0:
+            return (0 if self.stale(batch, False, decision, measured) else best), False
+        up = self._up(best, reach, batch, kind == 2, decision, measured)
+        if up is None:
+            return best, False
+        if self.s.probe_hold > 1:
+            self.held = (up, batch, self.s.probe_hold - 1)
+        return up, True
+
+    def _up(self, best: int, total: int, batch: int, far: bool, decision: int,
+            measured: int) -> int | None:
+        """Draft rows of an upward probe: the first count above ``best`` whose cost was not
+        measured lately, within twice the choice (at least four more drafts per request:
+        ``far``) or a quarter more (at least one more per request), and within ``total``
+        (the trust region); None when all of them are fresh."""
+        span = max(best, 4 * batch) if far else max(best // 4, batch)
+        for r in candidates(min(total, best + span)):
+            if r > best and self.stale(batch + r, True, decision, measured):
+                return r
+        return None
+
+    def stale(self, rows: int, drafting: bool, decision: int, measured: int) -> bool:
+        """Worth a probe: never measured, measured fewer than ``YOUNG_SAMPLES`` times (a first
+        step at a new shape can be slow for reasons of its own, e.g. the kernels it builds,
+        and would price that row count for ``stale_after`` steps), or not since ``stale_after``
+        decisions (warm-up probes always run: the first measurements are what everything
+        rests on)."""
+        seen = self.cost.last_seen(rows, drafting)
+        return seen is None or measured < self.s.warmup_steps or \
+            self.cost.samples(rows, drafting) < YOUNG_SAMPLES or \
+            decision - seen >= self.s.stale_after
+
+    def state(self) -> list:
+        return [self.held, self.schedule.state()]

@@ -26,8 +26,8 @@ def describe(c) -> str:
 def fingerprint(c) -> dict:
     """Controller ``c``'s decision state, rounded so that ranks measuring alike agree."""
     return {"decisions": c.decisions, "measured": c.measured, "chosen": c.chosen,
-            "held": c.held, "probes": c.probes.state(), "guard": c.guard.state(),
-            "trust": sorted(c.trust.widest.items()), "watch": c.watch.state(),
+            "probes": c.explore.state(), "guard": c.guard.state(),
+            "trust": sorted(c.trust.widest.items()), "closed": c.closed.state(),
             "realized": sorted([list(k), [round(x, 9) for x in v]]
                                for k, v in c.realized.table.items()),
             "cost": {str(k): sorted((b, round(m.rows, 6), round(m.seconds, 9))

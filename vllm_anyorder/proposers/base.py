@@ -98,7 +98,8 @@ class AnyOrderProposer:
         """Drafts per input-batch row for the next step: each row's own limit (room left,
         configured size; 0 where it cannot draft) cut by the budget (``fixed``: the limits)."""
         req_ids = self.batch_req_ids()
-        remaining = self.remaining_tokens(req_ids) if self.budget.mode == "auto" else None
+        remaining = (lambda: self.remaining_tokens(req_ids)) if self.budget.mode == "auto" \
+            else None  # asked only for a closed batch (core/budget_drain)
         return self.budget.caps(req_ids, limits, remaining)
 
     def remaining_tokens(self, req_ids: list[str]) -> list[int] | None:

@@ -156,8 +156,9 @@ class StepBudget:
                 self.counting.forget(live_set)
 
     def caps(self, req_ids: list[str], limits: list[int],
-             remaining: list[int] | None = None) -> list[int]:
-        """``remaining``: tokens each request has left at most (closed batches, core/budget)."""
+             remaining: Callable[[], list[int] | None] | None = None) -> list[int]:
+        """``remaining()``: tokens each request has left at most (closed batches,
+        core/budget_drain; asked only there)."""
         return self.controller.allot(req_ids, limits, remaining)
 
     def end(self, req_ids: list[str], chains: list[list[int]], start: float) -> None:

@@ -439,7 +439,8 @@ def test_the_budget_hears_how_much_of_each_chain_was_spliced_from_the_text():
 
 def test_draft_caps_hand_each_requests_tokens_left_to_an_auto_budget():
     """The base class's remaining_tokens: max_tokens less the output so far (closed batches,
-    core/budget_drain); None when any request is unbounded; not computed for a fixed budget."""
+    core/budget_drain), handed over as a callable the controller asks only for a closed batch;
+    None when any request is unbounded; no callable for a fixed budget."""
     p = make_proposer(budget="auto")
     states = {"a": NS(sampling_params=NS(max_tokens=128), output_token_ids=[1] * 28),
               "b": NS(sampling_params=NS(max_tokens=16), output_token_ids=[2] * 16)}
@@ -447,10 +448,10 @@ def test_draft_caps_hand_each_requests_tokens_left_to_an_auto_budget():
     seen = []
     p.budget.caps = lambda req_ids, limits, remaining=None: seen.append(remaining) or limits
     p.draft_caps([4, 0])
-    assert seen == [[100, 0]]
+    assert seen[-1]() == [100, 0]
     states["b"].sampling_params.max_tokens = None
     p.draft_caps([4, 0])
-    assert seen[-1] is None
+    assert seen[-1]() is None
     fixed = make_proposer(budget="fixed")
     fixed.view = p.view
     fixed.budget.caps = lambda req_ids, limits, remaining=None: seen.append(remaining) or limits

@@ -11,7 +11,8 @@ import pytest
 
 from vllm_anyorder.core.budget import BudgetController
 from vllm_anyorder.core.budget_settings import BudgetSettings, parse_mode
-from vllm_anyorder.core.budget_models import Acceptance, StepCost
+from vllm_anyorder.core.budget_accept import Acceptance
+from vllm_anyorder.core.budget_models import StepCost
 
 
 def verify(ctl, rng, req_ids, caps, accept) -> int:

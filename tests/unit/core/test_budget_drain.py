@@ -95,7 +95,8 @@ def run_closed_batches(accept, cost, closed: bool, batches=12, tokens=128, seed=
         while left:
             ids = list(left)
             limits = [max(0, min(8, left[r][0] - 1)) for r in ids]
-            caps = ctl.allot(ids, limits, [left[r][0] for r in ids] if closed else None)
+            caps = ctl.allot(ids, limits,
+                             (lambda: [left[r][0] for r in ids]) if closed else None)
             rows = len(ids) + sum(caps)
             seconds = cost(rows, any(caps))
             total += seconds

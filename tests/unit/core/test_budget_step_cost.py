@@ -10,7 +10,8 @@ import random
 import pytest
 
 from vllm_anyorder.core.budget import BudgetController
-from vllm_anyorder.core.budget_models import Acceptance, StepCost
+from vllm_anyorder.core.budget_accept import Acceptance
+from vllm_anyorder.core.budget_models import StepCost
 from vllm_anyorder.core.budget_settings import BudgetSettings
 from tests.unit.core.test_budget import verify
 
