@@ -236,9 +236,11 @@ class BudgetController:
 
     def _may_keep(self, batch: int) -> bool:
         """A closed decision may be kept (``ClosedBatch.reuse``): no upward probe is held, the
-        books allow drafting at this batch size and no probe is due."""
+        books allow drafting at this batch size, no probe is due and reality has not turned
+        against drafting there (a kept choice to draft nothing is decided afresh anyway)."""
         return self.explore.held is None and self.guard.allows(batch) and \
-            not self.probes.due(self.decisions, self.measured)
+            not self.probes.due(self.decisions, self.measured) and \
+            not self._drafting_lost(batch)
 
     def _drafting_lost(self, batch: int) -> bool:
         """The drafting steps chosen at this batch size lately really committed fewer tokens

@@ -190,3 +190,32 @@ def test_the_price_table_is_predict_at_every_row_count():
     for drafting in (False, True):
         table = cost.table(drafting, 1, 48)
         assert table == pytest.approx([cost.predict(n, drafting) for n in range(49)])
+
+
+def test_a_closed_decision_is_kept_for_hold_steps_while_the_batch_and_the_books_allow():
+    """ClosedBatch: tokens left are asked only of a closed batch; a kept decision comes back
+    ``hold`` times (cut to each limit), and not after a change of batch or a veto."""
+    from vllm_anyorder.core.budget_drain import ClosedBatch
+    closed, asked = ClosedBatch(hold=2), []
+
+    def remaining():
+        asked.append(1)
+        return [9, 9]
+    assert closed.tokens_left(["a", "b"], remaining) is None and not asked  # joined: open
+    assert closed.tokens_left(["a", "b"], remaining) == [9, 9] and asked  # joined together
+    alone = ClosedBatch(hold=2)
+    for _ in range(3):  # one request: the goodput rule is the same, nothing asked
+        assert alone.tokens_left(["a"], remaining) is None
+    assert len(asked) == 1
+    closed.keep(["a", "b"], [3, 2])
+    yes = lambda: True  # noqa: E731
+    assert closed.reuse(["a", "b"], [8, 1], True, yes) == [3, 1]
+    assert closed.reuse(["a", "b"], [8, 8], True, yes) == [3, 2]
+    assert closed.reuse(["a", "b"], [8, 8], True, yes) is None  # held twice, then decide
+    closed.keep(["a", "b"], [3, 2])
+    assert closed.reuse(["a", "b"], [8, 8], True, lambda: False) is None
+    assert closed.reuse(["a", "b"], [8, 8], True, yes) is None  # a veto drops the kept one
+    closed.keep(["a", "b"], [3, 2])
+    assert closed.reuse(["b", "a"], [8, 8], True, yes) is None
+    closed.keep(["a", "b"], [3, 2])
+    assert closed.reuse(["a", "b"], [8, 8], False, yes) is None
