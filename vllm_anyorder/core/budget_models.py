@@ -90,9 +90,13 @@ class StepCost:
         Optimism costs at most a few steps: those steps are measured, and a bucket that is
         slow three times over is mature and stands. Before a drafting arm has two mature
         buckets, its young ones are priced at no more than the plain curve plus the least
-        overhead over it any of them showed: one slow first drafting step (6 rows, 19.5 ms
-        against 5.5 ms at 4) priced every count beyond it through its slope, the trust
-        region and the books allowed no row, and no probe ever ran (issue 22)."""
+        overhead over it a mature one showed (none mature: a plain step of the same rows;
+        the plain curve needs two points, else its flat line would price rows as free).
+        A young bucket's own overhead does not count: one slow first drafting step (6 rows,
+        19.5 ms against 5.5 ms at 4; another engine, the warm-up's only drafting step, 4 rows,
+        14.6 ms against 5.6 ms plain at 2) priced every count beyond it through its slope,
+        the trust region and the books allowed no row, no probe ever ran, and engines ran
+        1,000 steps without a draft (issue 22)."""
         arm = _arm(drafting, stage)
         pts = self._points.get(arm)
         if pts is None:
@@ -108,8 +112,9 @@ class StepCost:
                                   if m.samples >= YOUNG_SAMPLES))
         if len(mature) < 2:
             if plain and len(plain) >= 2 and table:
-                over = max(0.0, min(m.seconds - _interpolate(plain, m.rows)
-                                    for m in table.values()))
+                over = max(0.0, min((m.seconds - _interpolate(plain, m.rows)
+                                     for m in table.values() if m.samples >= YOUNG_SAMPLES),
+                                    default=0.0))
                 return _monotone(sorted(
                     (m.rows, m.seconds if m.samples >= YOUNG_SAMPLES else
                      min(m.seconds, _interpolate(plain, m.rows) + over))

@@ -219,3 +219,24 @@ def test_a_closed_decision_is_kept_for_hold_steps_while_the_batch_and_the_books_
     assert closed.reuse(["b", "a"], [8, 8], True, yes) is None
     closed.keep(["a", "b"], [3, 2])
     assert closed.reuse(["a", "b"], [8, 8], False, yes) is None
+
+
+def test_a_lone_slow_first_drafting_step_does_not_lock_drafting_out():
+    """Seen in the engine (issue 22): the warm-up's only drafting step (2 requests, 4 rows)
+    took 14.6 ms against 5.6 ms plain; with that young bucket the drafting arm's only one,
+    its overhead and the slope from the plain anchor priced a drafting step at batch 8 at
+    ~37 ms, the books afforded no row, and the engine never drafted in 1,000 steps. Until a
+    drafting bucket is mature, a drafting step is priced as a plain step of its rows."""
+    from vllm_anyorder.core.budget_models import YOUNG_SAMPLES, StepCost
+
+    cost = StepCost()
+    for step in range(YOUNG_SAMPLES):
+        cost.observe(2, False, 0.0056, step)
+        cost.observe(8, False, 0.0083, step)
+    cost.observe(4, True, 0.0146, 10)
+    plain_8 = cost.predict(8, False)
+    assert cost.predict(9, True) < 1.2 * plain_8
+    assert cost.predict(16, True) < 2 * plain_8
+    for step in range(11, 11 + YOUNG_SAMPLES):  # slow three times: it stands
+        cost.observe(4, True, 0.0146, step)
+    assert cost.predict(4, True) == pytest.approx(0.0146)
