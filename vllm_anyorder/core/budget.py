@@ -54,7 +54,7 @@ from typing import Callable
 from .budget_accept import Acceptance, Realized
 from .budget_drain import ClosedBatch, DrainValue, thin, water_fill
 from .budget_guard import LossGuard
-from .budget_models import YOUNG_SAMPLES, StepCost
+from .budget_models import StepCost
 from .budget_probes import Explorer
 from .budget_report import describe, fingerprint
 from .budget_rows import TrustRegion, candidates, caps_of, deepest, prefix_sums
@@ -109,10 +109,9 @@ class BudgetController:
             if batch and tokens and (not drafting or self.run > 1):
                 self.realized.observe(batch, drafting, tokens, seconds, self.decisions,
                                       self.s.stale_after if drafting else None)
-            if batch and tokens:  # the guard's baseline: plain steps measured at this batch
-                known = self.cost.samples(batch, False) >= YOUNG_SAMPLES
-                self.guard.observe(drafting, seconds, tokens, batch,
-                                   self.cost.predict(batch, False) if known else None)
+            if batch and tokens:  # the guard's baseline: plain steps measured at this batch,
+                # their mean (drafting steps are charged what they took, not a low quantile)
+                self.guard.observe(drafting, seconds, tokens, batch, self.cost.typical(batch))
 
     def record_verified(self, req_id: str, drafted: int, accepted: int) -> None:
         """One request's verification: ``drafted`` drafts, the first ``accepted`` kept."""

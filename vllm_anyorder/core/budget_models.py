@@ -38,9 +38,10 @@ def _bucket(rows: int) -> int:
 @dataclass
 class _Mean:
     rows: float
-    seconds: float
+    seconds: float  # a low quantile of the samples
     samples: int
     step: int  # controller step of the last sample (staleness)
+    typical: float  # their running mean (the loss guard's baseline: time as it passes)
 
 
 class StepCost:
@@ -50,7 +51,10 @@ class StepCost:
     process, the first step of a new shape building its kernels), so each bucket tracks a
     low quantile of its samples: it falls fast towards a faster sample (``down``) and rises
     slowly towards a slower one (``up``), which still follows a real change of cost (a longer
-    context, more load) within a few dozen steps."""
+    context, more load) within a few dozen steps. Each bucket also keeps the running mean of
+    its samples, ``typical``: what time really passes there (the loss guard's baseline, which
+    charges a drafting step what it took: against a low quantile of plain steps a drafting
+    step as fast as a typical plain one would be booked as a loss)."""
 
     def __init__(self, down: float = 0.5, up: float = 0.05) -> None:
         self.down, self.up = down, up
@@ -70,13 +74,16 @@ class StepCost:
         self._curves.clear()
         self._points.pop(arm, None)
         if mean is None:
-            table[_bucket(rows)] = _Mean(float(rows), float(seconds), 1, step)
+            table[_bucket(rows)] = _Mean(float(rows), float(seconds), 1, step, float(seconds))
             return
-        w = self.down if seconds < mean.seconds else self.up
+        weight = min(mean.samples + 1, 20)
         if mean.samples < YOUNG_SAMPLES:  # a young bucket takes its fastest sample outright
-            w = 1.0 if seconds < mean.seconds else 0.0
-        mean.rows += (rows - mean.rows) / min(mean.samples + 1, 20)
-        mean.seconds += w * (seconds - mean.seconds)
+            mean.seconds = mean.typical = min(mean.seconds, seconds)
+        else:
+            w = self.down if seconds < mean.seconds else self.up
+            mean.seconds += w * (seconds - mean.seconds)
+            mean.typical += (seconds - mean.typical) / weight
+        mean.rows += (rows - mean.rows) / weight
         mean.samples += 1
         mean.step = step
 
@@ -132,6 +139,12 @@ class StepCost:
     def last_seen(self, rows: int, drafting: bool) -> int | None:
         """The last step this row count was measured in this arm, any stage."""
         return max((m.step for m in self._at(rows, drafting)), default=None)
+
+    def typical(self, rows: int) -> float | None:
+        """The running mean of plain steps at this row count's bucket; None until it is
+        mature (``YOUNG_SAMPLES``)."""
+        mean = self.tables[False].get(_bucket(rows))
+        return mean.typical if mean is not None and mean.samples >= YOUNG_SAMPLES else None
 
     def samples(self, rows: int, drafting: bool) -> int:
         """Steps measured at this row count in this arm, all stages together."""

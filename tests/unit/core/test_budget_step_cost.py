@@ -62,6 +62,27 @@ def test_relax_fades_every_judged_position_and_leaves_the_rest_zero():
     assert acc.requests == {} and acc._judged == {}
 
 
+def test_a_bucket_keeps_a_low_figure_for_decisions_and_the_mean_for_the_books():
+    """``predict`` is a low quantile (noise only slows steps); ``typical``, the guard's
+    baseline, is the running mean of the plain steps there, slow ones included: a drafting
+    step charged against the low figure would be booked as losing when it is as fast as a
+    typical plain step."""
+    rng = random.Random(0)
+    cost = StepCost()
+    samples = [0.006 + 0.002 * rng.random() + (0.024 if rng.random() < 0.05 else 0.0)
+               for _ in range(2000)]
+    for step, s in enumerate(samples):
+        cost.observe(8, False, s, step)
+    mean = sum(samples) / len(samples)
+    assert cost.predict(8, False) < 0.85 * mean
+    assert 0.7 * mean < cost.typical(8) < 1.5 * mean
+    assert cost.typical(4) is None  # never measured
+    cost.observe(4, False, 0.030, 0)  # young: the fastest sample, as the quantile
+    cost.observe(4, False, 0.010, 1)
+    cost.observe(4, False, 0.011, 2)
+    assert cost.typical(4) == pytest.approx(0.010)
+
+
 def test_cached_cost_points_follow_every_sample():
     cost = StepCost()
     for _ in range(3):
