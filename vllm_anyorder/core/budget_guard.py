@@ -6,7 +6,10 @@ it committed:
 
     lost += seconds - tokens * plain_seconds(batch) / batch
 
-(negative where the step paid), and every measured step adds its seconds to ``elapsed``.
+(negative where the step paid; ``plain_seconds``: the running mean of plain steps at that
+batch size, ``StepCost.typical``, so a step is charged against time as it really passes, not
+against the low figure the decisions use), and every measured step adds its seconds to
+``elapsed``.
 Drafting (a choice or a probe) is allowed only while ``lost <= share * elapsed``. So whatever
 the models got wrong -- a first drafter forward at a batch size never seen (``specdiff`` at
 batch 8: a drafter forward over the whole context window costs more than the target's decode
