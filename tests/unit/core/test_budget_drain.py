@@ -240,3 +240,27 @@ def test_a_lone_slow_first_drafting_step_does_not_lock_drafting_out():
     for step in range(11, 11 + YOUNG_SAMPLES):  # slow three times: it stands
         cost.observe(4, True, 0.0146, step)
     assert cost.predict(4, True) == pytest.approx(0.0146)
+
+
+def test_a_steep_pair_of_warm_up_buckets_does_not_price_wider_steps_out():
+    """Seen in the engine (issue 22): the warm-up at batch 2 measured drafting steps of 3 rows
+    (6.3 ms) and 4 rows (14.6 ms) three times each; the last segment's 8.3 ms a row priced 16
+    rows at 122 ms, and the engine never drafted at batch 8. Past its last bucket a drafting
+    curve grows by the steeper of its own secant (where its buckets span 4 rows or more) and
+    the plain curve's; within the buckets nothing changes."""
+    from vllm_anyorder.core.budget_models import YOUNG_SAMPLES, StepCost
+
+    cost = StepCost()
+    for step in range(YOUNG_SAMPLES):
+        cost.observe(1, False, 0.0049, step)
+        cost.observe(2, False, 0.0068, step)
+        cost.observe(8, False, 0.0078, step)
+        cost.observe(3, True, 0.0063, step)
+        cost.observe(4, True, 0.0146, step)
+    assert cost.predict(4, True) == pytest.approx(0.0146)
+    assert cost.predict(16, True) < 0.0146 + 12 * 0.0005  # the plain curve's rate, not 8.3 ms
+    assert cost.table(True, 1, 24)[16] == pytest.approx(cost.predict(16, True))
+    for step in range(10, 10 + YOUNG_SAMPLES):  # its own buckets span 12 rows: their slope
+        cost.observe(16, True, 0.0200, step)
+    own = (0.0200 - 0.0146) / 12
+    assert cost.predict(32, True) == pytest.approx(0.0200 + 16 * own)
