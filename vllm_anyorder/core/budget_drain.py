@@ -131,6 +131,18 @@ def water_fill(remaining: list[int], gains: list[list[float]],
     return order
 
 
+def round_ends(order: list[tuple[float, int]]) -> set[int]:
+    """Row counts r at which the first r rows of a :func:`water_fill` order end a round (every
+    request with a j-th row has it)."""
+    used: dict[int, int] = {}
+    rounds = []
+    for _, i in order:
+        rounds.append(used.get(i, 0))
+        used[i] = rounds[-1] + 1
+    return {r for r in range(1, len(order) + 1)
+            if r == len(order) or rounds[r] > rounds[r - 1]}
+
+
 def drain_seconds(remaining: list[int], rate: list[float], rows: list[int],
                   seconds_of: Callable[[int, bool], float | None]) -> float | None:
     """Predicted seconds until every request finished, each keeping ``rows[i]`` draft rows and

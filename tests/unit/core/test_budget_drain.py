@@ -264,3 +264,32 @@ def test_a_steep_pair_of_warm_up_buckets_does_not_price_wider_steps_out():
         cost.observe(16, True, 0.0200, step)
     own = (0.0200 - 0.0146) / 12
     assert cost.predict(32, True) == pytest.approx(0.0200 + 16 * own)
+
+
+def test_round_ends_mark_where_every_request_has_its_next_row():
+    from vllm_anyorder.core.budget_drain import round_ends
+    order = water_fill([50, 60, 70], [[0.9] * 3, [0.9] * 2, [0.9] * 3], most=8)
+    assert round_ends(order) == {3, 6, 8}
+    assert round_ends([]) == set()
+
+
+def test_the_closed_search_values_every_round_end():
+    """Seen at batch 16 (issue 22): the closed search valued only every fourth row count of
+    its candidates (16, 20, 24, then 64), so two drafts each (32 rows, the best fixed setting)
+    was never valued, and the dips at the partial rounds 20 and 24 counted towards ending the
+    search. Round ends are always valued, and only they count towards ending it."""
+    batch = 16
+    ctl = BudgetController(BudgetSettings(mode="auto", max_drafts=4, warmup_steps=0,
+                                          probe_every=10 ** 6, loss_share=1.0))
+    ids = [f"r{i}" for i in range(batch)]
+    for step in range(8):  # 8 ms plain, 0.1 ms a row beyond
+        for rows in (batch, 2 * batch, 3 * batch, 4 * batch):
+            ctl.record_step(rows, rows > batch, 0.008 + 0.0001 * (rows - batch), batch,
+                            batch + 2 * (rows > batch) * batch, depth=rows // batch - 1)
+    for step in range(40):
+        for r in ids:
+            ctl.record_verified(r, 3, 2)  # two drafts accepted, the third never
+    ctl.allot(ids, [3] * batch)  # the batch joins together
+    ctl.chosen = 0  # coming from plain steps: no anchor up there
+    caps = ctl.allot(ids, [3] * batch, lambda: [100] * batch)
+    assert ctl.last.closed and caps == [2] * batch
