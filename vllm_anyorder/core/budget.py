@@ -167,7 +167,12 @@ class BudgetController:
         gains = [g for g, _ in order]
         prefix = prefix_sums(gains)
         depth = deepest(order, batch)
-        if closed:
+        # a drain is valued only where some row count pays at the full batch by the goodput
+        # rule: where none does (drafts rarely accepted, T = 0.8) the drains' valuation was
+        # 180 us of every step for nothing (issue 22)
+        drain = closed and self._may_pay(batch, prefix, depth, len(order),
+                                         plain * (1 + self.s.margin))
+        if drain:
             tables = self.cost.price_tables(batch + len(order), self._stage)
             value = DrainValue(left, order, tables, depth)
             plain = value(0) or plain
@@ -180,10 +185,10 @@ class BudgetController:
         order = order[:reach]
         best, best_val, worse = 0, plain, 0
         need, ceiling = plain * (1 + self.s.margin), batch + prefix[reach]
-        ends = round_ends(order) if closed else set()
-        for r in (sorted(set(thin(candidates(reach), batch)) | ends) if closed
+        ends = round_ends(order) if drain else set()
+        for r in (sorted(set(thin(candidates(reach), batch)) | ends) if drain
                   else candidates(reach)):
-            if not closed:
+            if not drain:
                 seconds = self._seconds(batch, r, depth[r])
                 if seconds is None:
                     continue
@@ -194,7 +199,7 @@ class BudgetController:
                 continue
             if val > best_val * (1 + 1e-9) and val >= need:
                 best, best_val, worse = r, val, 0
-            elif closed and best and val < best_val and r in ends:
+            elif drain and best and val < best_val and r in ends:
                 # a drain's value peaks where rounds end (a partial round sends some requests
                 # into the tail early) and falls from round to round past its best (gains
                 # concave, costs rising): three round ends past it end the search (counting
@@ -239,6 +244,20 @@ class BudgetController:
         if closed and not probe:
             self.closed.keep(req_ids, caps)
         return caps
+
+    def _may_pay(self, batch: int, prefix: list[float], depth: list[int], most: int,
+                 need: float) -> bool:
+        """Whether some row count up to ``most`` predicts at least ``need`` tokens per second
+        at this batch size (the goodput rule's test, used as a closed batch's gate)."""
+        for r in candidates(most):
+            seconds = self._seconds(batch, r, depth[r])
+            if seconds is None:
+                continue
+            if (batch + prefix[r]) / seconds >= need:
+                return True
+            if self.stages is None and (batch + prefix[most]) / seconds < need:
+                return False  # gains at most prefix[most], and the cost never falls
+        return False
 
     def _may_keep(self, batch: int) -> bool:
         """A closed decision may be kept (``ClosedBatch.reuse``): no upward probe is held, the

@@ -293,3 +293,38 @@ def test_the_closed_search_values_every_round_end():
     ctl.chosen = 0  # coming from plain steps: no anchor up there
     caps = ctl.allot(ids, [3] * batch, lambda: [100] * batch)
     assert ctl.last.closed and caps == [2] * batch
+
+
+def test_a_closed_batch_values_no_drain_where_no_row_pays(monkeypatch):
+    """Drafts rarely accepted (T = 0.8): no row count pays at the full batch by the goodput
+    rule, so no drain is valued (that was 180 us of every step, issue 22), and nothing is
+    drafted."""
+    import vllm_anyorder.core.budget as budget_module
+    built = []
+
+    class Counting(DrainValue):
+        def __init__(self, *args, **kwargs):
+            built.append(1)
+            super().__init__(*args, **kwargs)
+    monkeypatch.setattr(budget_module, "DrainValue", Counting)
+    batch = 8
+    ctl = BudgetController(BudgetSettings(mode="auto", max_drafts=4, warmup_steps=0,
+                                          probe_every=10 ** 6, loss_share=1.0))
+    ids = [f"r{i}" for i in range(batch)]
+    for step in range(8):  # 0.3 ms a row over 7 ms
+        for rows in (batch, 2 * batch, 3 * batch):
+            ctl.record_step(rows, rows > batch, 0.007 + 0.0003 * (rows - batch), batch, batch)
+    for step in range(60):
+        for r in ids:
+            ctl.record_verified(r, 2, 0)  # nothing accepted
+    ctl.allot(ids, [4] * batch)
+    for _ in range(6):
+        caps = ctl.allot(ids, [4] * batch, lambda: [100] * batch)
+        assert ctl.last.closed and not any(caps)
+    assert not built
+    for step in range(60):  # now everything is accepted: the drain is valued again
+        for r in ids:
+            ctl.record_verified(r, 2, 2)
+    ctl.closed._kept = None
+    ctl.allot(ids, [4] * batch, lambda: [100] * batch)
+    assert built
