@@ -14,7 +14,8 @@ goodput rule, here with measured rather than profiled cost and per-position acce
 Closed batches (``core/budget_drain``): while nobody waits to take a finished request's place
 (an offline batch, the end of a load), rows go to the requests furthest from finishing and an
 allocation is valued by the predicted time to finish the whole batch: drafting that lets some
-requests finish early only moves the rest into a tail of small, nearly full-price steps.
+requests finish early only moves the rest into a tail of small, nearly full-price steps (only
+where some row count pays at the full batch by the goodput rule; elsewhere no drain is valued).
 
 Outputs do not depend on it: drafts are guesses and every method verifies them exactly, so
 any allocation, in any step, commits the same tokens (tested with the ``cycle`` hook).
