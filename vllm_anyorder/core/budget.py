@@ -4,7 +4,8 @@ Every method drafts "up to its configured size"; whether those rows pay depends 
 the load and how often this model's drafts are accepted. The controller chooses, each engine
 step, the draft rows R of the whole batch that maximise expected committed tokens per second,
 from what it measured itself (``budget_models``, ``budget_accept``): goodput(R) = (B + sum of
-the R largest gains) / cost(B + R rows), with B the requests of the batch (each commits one token anyway), the gains
+the R largest gains) / cost(B + R rows), with B the requests of the batch (each commits one
+token anyway), the gains
 g_{i,j} = prod_{m<=j} a_{i,m} the expected accepted drafts the j-th row of request i adds, and
 cost the measured step time (R = 0: the plain-decoding arm). Rows therefore go to the requests
 whose next draft is most likely accepted; R = 0 is plain decoding, which is what makes the
