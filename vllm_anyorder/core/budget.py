@@ -155,7 +155,8 @@ class BudgetController:
         # a closed batch is valued by the time to finish it (budget_drain); one request: same
         left = self.closed.tokens_left(req_ids, remaining)
         closed = left is not None
-        held = self.closed.reuse(req_ids, limits, closed, lambda: self._may_keep(batch))
+        held = self.closed.reuse(req_ids, limits, closed,
+                                 lambda plain: self._may_keep(batch, plain))
         if held is not None:
             return held
         plain = self._goodput(batch, 0, 0.0)
@@ -196,7 +197,8 @@ class BudgetController:
                     continue
                 if self.stages is None and ceiling / seconds < max(need, best_val * (1 + 1e-9)):
                     break  # no more rows can win: gains at most ``ceiling``, cost never falls
-            val = value(r)
+            # the open search's value is the goodput of the step just priced
+            val = value(r) if drain else (batch + prefix[r]) / seconds
             if val is None:
                 continue
             if val > best_val * (1 + 1e-9) and val >= need:
@@ -231,6 +233,7 @@ class BudgetController:
         if not allowed:  # a plain step: no held probe, no probe; the decision says why
             self.explore.held = None
             self.last = Decision(0, batch, False, best_val, plain, guarded=True, closed=closed)
+            self.closed.keep(req_ids, [0] * batch, closed)
             return [0] * batch
         held = self.explore.held_rows(batch, len(order))
         if held is not None:  # an upward probe holding its row count
@@ -243,8 +246,8 @@ class BudgetController:
         probe = rows != best  # no drafts, where plain steps are not fresh
         self.last = Decision(rows, batch, probe, best_val, plain, closed=closed, lost=lost)
         caps = caps_of(order, rows, batch)
-        if closed and not probe:
-            self.closed.keep(req_ids, caps)
+        if not probe and (closed or not rows):  # kept a few steps (ClosedBatch.reuse)
+            self.closed.keep(req_ids, caps, closed)
         return caps
 
     def _may_pay(self, batch: int, prefix: list[float], depth: list[int], most: int,
@@ -261,13 +264,13 @@ class BudgetController:
                 return False  # gains at most prefix[most], and the cost never falls
         return False
 
-    def _may_keep(self, batch: int) -> bool:
-        """A closed decision may be kept (``ClosedBatch.reuse``): no upward probe is held, the
-        books allow drafting at this batch size, no probe is due and reality has not turned
-        against drafting there (a kept choice to draft nothing is decided afresh anyway)."""
-        return self.explore.held is None and self.guard.allows(batch) and \
-            not self.probes.due(self.decisions, self.measured) and \
-            not self._drafting_lost(batch)
+    def _may_keep(self, batch: int, plain: bool) -> bool:
+        """A kept decision may be used again (``ClosedBatch.reuse``): no upward probe is held
+        and no probe is due; to draft, also the books allow drafting at this batch size and
+        reality has not turned against drafting there."""
+        if self.explore.held is not None or self.probes.due(self.decisions, self.measured):
+            return False
+        return plain or (self.guard.allows(batch) and not self._drafting_lost(batch))
 
     def _drafting_lost(self, batch: int) -> bool:
         """The drafting steps chosen at this batch size lately really committed fewer tokens
@@ -297,6 +300,9 @@ class BudgetController:
         plain = self.cost.predict(batch, False)
         if room == math.inf or plain is None:
             return most
+        seconds = self.cost.predict(batch + most, True, self._stage(depth[most]))
+        if seconds is not None and seconds - plain <= room:
+            return most  # the usual case, where the books are far from binding: one price
         lo, hi = 0, most  # lo rows are affordable
         while lo < hi:
             mid = (lo + hi + 1) // 2

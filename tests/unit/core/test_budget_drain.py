@@ -208,17 +208,50 @@ def test_a_closed_decision_is_kept_for_hold_steps_while_the_batch_and_the_books_
         assert alone.tokens_left(["a"], remaining) is None
     assert len(asked) == 1
     closed.keep(["a", "b"], [3, 2])
-    yes = lambda: True  # noqa: E731
+    told = []
+    yes = lambda plain: told.append(plain) or True  # noqa: E731
     assert closed.reuse(["a", "b"], [8, 1], True, yes) == [3, 1]
     assert closed.reuse(["a", "b"], [8, 8], True, yes) == [3, 2]
     assert closed.reuse(["a", "b"], [8, 8], True, yes) is None  # held twice, then decide
+    assert told == [False, False]  # asked whether a drafting decision may be kept
     closed.keep(["a", "b"], [3, 2])
-    assert closed.reuse(["a", "b"], [8, 8], True, lambda: False) is None
+    assert closed.reuse(["a", "b"], [8, 8], True, lambda plain: False) is None
     assert closed.reuse(["a", "b"], [8, 8], True, yes) is None  # a veto drops the kept one
     closed.keep(["a", "b"], [3, 2])
     assert closed.reuse(["b", "a"], [8, 8], True, yes) is None
     closed.keep(["a", "b"], [3, 2])
-    assert closed.reuse(["a", "b"], [8, 8], False, yes) is None
+    assert closed.reuse(["a", "b"], [8, 8], False, yes) is None  # no longer closed
+    closed.keep(["a", "b"], [0, 0], closed=False)  # an open batch's choice of no drafts
+    assert closed.reuse(["a", "b"], [8, 8], True, yes) is None  # closed since: decide
+    closed.keep(["a", "b"], [0, 0], closed=False)
+    assert closed.reuse(["a", "b"], [8, 8], False, yes) == [0, 0] and told[-1] is True
+
+
+def test_a_choice_to_draft_nothing_is_kept_and_a_probe_still_comes_when_due():
+    """Deciding afresh while nothing is drafted cost 90-130 us a step at T = 0.8 (issue 22):
+    an open batch's plain choice is kept ``closed_hold`` steps, even where the books or the
+    realised rates bar drafting; the probe schedule still decides afresh when a probe is due,
+    and a batch that changed is decided afresh at once."""
+    ctl = BudgetController(BudgetSettings(max_drafts=4, warmup_steps=0, probe_every=8))
+    ids = ["a", "b"]
+    steep = lambda rows: 0.004 * rows  # noqa: E731  drafting never pays
+    for _ in range(6):
+        caps = ctl.allot(ids, [4, 4])
+        ctl.record_step(2 + sum(caps), any(caps), steep(2 + sum(caps)), 2, 2)
+    calls = []
+    fresh = ctl._affordable
+    ctl._affordable = lambda *a: calls.append(1) or fresh(*a)
+    decided, probes = 0, ctl.totals["probes"]
+    for _ in range(40):
+        before = len(calls)
+        caps = ctl.allot(ids, [4, 4])
+        decided += len(calls) > before
+        ctl.record_step(2 + sum(caps), any(caps), steep(2 + sum(caps)), 2, 2)
+    assert 40 // (ctl.s.closed_hold + 1) - 2 <= decided <= 40 // ctl.s.closed_hold + 2
+    assert ctl.totals["probes"] > probes  # probes came all the same
+    before = len(calls)
+    ctl.allot(["a", "c"], [4, 4])  # a new request: decided afresh
+    assert len(calls) == before + 1
 
 
 def test_a_lone_slow_first_drafting_step_does_not_lock_drafting_out():
