@@ -61,8 +61,14 @@ def compare_in_process(tag: str, target: Path, configs: list, prompts: list, par
             order = configs[r % len(configs):] + configs[:r % len(configs)]
             for cfg in order:
                 runs[cfg.name].append(_pass(cfg, engines[cfg.name], prompts, params, b))
-        rows += [_row(cfg, runs, configs, b, dtype.replace("torch.", ""),
-                      counters=cfg is configs[-1]) for cfg in configs]
+        new = [_row(cfg, runs, configs, b, dtype.replace("torch.", ""),
+                    counters=cfg is configs[-1]) for cfg in configs]
+        for cfg, row in zip(configs, new):
+            if row["exact_match"] < 1 and getattr(params, "temperature", None) == 0:
+                ref = cfg.reference or configs[0].name
+                row["divergences"] = _divergences(engines[ref], prompts, params,
+                                                  runs[ref][0]["outputs"], runs[cfg.name])
+        rows += new
     _print(rows, describe, repeats)
     out = REPO / "benchmarks" / "results" / f"{tag}-inprocess-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -70,6 +76,32 @@ def compare_in_process(tag: str, target: Path, configs: list, prompts: list, par
                                    harness=__doc__.split("\n\n")[1], rows=rows), indent=1))
     print(f"wrote {out.relative_to(REPO)}")
     return rows
+
+
+def _divergences(ref_llm, prompts: list, params, ref: list, mine: list[dict],
+                 most: int = 4) -> list[dict]:
+    """Where a greedy row's outputs left the reference's: the first differing token of up to
+    ``most`` (round, prompt) pairs, and the reference's own top-2 log-probabilities there (asked
+    again after the timed rounds, alone). A gap of a few thousandths is a near-tie that the
+    batch's shape flips in bf16 (vLLM's numerics, not the method's rule; the tests compare in
+    float32); a wide gap would be a wrong token."""
+    from vllm import SamplingParams
+
+    found = []
+    for r, run in enumerate(mine):
+        for i, (a, b) in enumerate(zip(ref, run["outputs"])):
+            if a != b and len(found) < most:
+                pos = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+                found.append(dict(round=r, prompt=i, token=pos, reference=a[pos:pos + 1],
+                                  row=b[pos:pos + 1]))
+    for d in found:
+        ask = SamplingParams(temperature=0, max_tokens=d["token"] + 1, logprobs=2,
+                             ignore_eos=params.ignore_eos)
+        out = ref_llm.generate([prompts[d["prompt"]]], ask, use_tqdm=False)[0].outputs[0]
+        top = sorted(out.logprobs[d["token"]].items(), key=lambda kv: -kv[1].logprob)[:2]
+        d["top2"] = [[t, round(v.logprob, 5)] for t, v in top]
+        d["gap"] = round(top[0][1].logprob - top[-1][1].logprob, 5)
+    return found
 
 
 def _pass(cfg, llm, prompts, params, batch: int) -> dict:
@@ -119,3 +151,8 @@ def _print(rows: list[dict], describe: str, repeats: int) -> None:
         print(f"{r['method']:<48}{per_forward}"
               f"{r['speedup_vs_nospec']:>7.2f}x{spread:>12}{r['exact_match']:>7.0%}"
               f"{max(r['foreign_cpu']):>12.2f}")
+    for r in rows:
+        for d in r.get("divergences", []):
+            print(f"  {r['method']}: round {d['round']} prompt {d['prompt']} left the reference at "
+                  f"token {d['token']} ({d['reference']} -> {d['row']}); the reference's top-2 "
+                  f"log-probabilities there differ by {d['gap']:.5f}")

@@ -44,3 +44,27 @@ def test_unreadable_counters_are_reported_as_none():
     row = _row(off, runs, [base, off], 1, "bfloat16", counters=False)
     assert row["drafts"] is None and row["tokens_per_target_forward"] is None
     assert _row(off, runs, [base, off], 1, "bfloat16")["drafts"] == 0
+
+
+def test_a_greedy_divergence_is_located_and_its_reference_gap_asked():
+    """paired._divergences: the first differing token of each differing (round, prompt), and
+    the reference engine's top-2 log-probabilities there, asked again alone."""
+    from types import SimpleNamespace as NS
+
+    from benchmarks.paired import _divergences
+
+    asked = []
+
+    class Ref:
+        def generate(self, prompts, params, use_tqdm=False):
+            asked.append((prompts, params.max_tokens, params.logprobs))
+            lp = {7: NS(logprob=-0.693), 9: NS(logprob=-0.701), 3: NS(logprob=-5.0)}
+            return [NS(outputs=[NS(logprobs=[{}, lp])])]
+
+    ref = [[1, 7, 5], [2, 2]]
+    runs = [{"outputs": [[1, 7, 5], [2, 2]]}, {"outputs": [[1, 9, 5], [2, 2]]}]
+    found = _divergences(Ref(), ["p0", "p1"], NS(ignore_eos=True), ref, runs)
+    assert len(found) == 1 and found[0]["round"] == 1 and found[0]["prompt"] == 0
+    assert found[0]["token"] == 1 and found[0]["reference"] == [7] and found[0]["row"] == [9]
+    assert found[0]["top2"] == [[7, -0.693], [9, -0.701]] and abs(found[0]["gap"] - 0.008) < 1e-9
+    assert asked == [(["p0"], 2, 2)]
