@@ -93,6 +93,11 @@ class BudgetController:
         self.totals = {"steps": 0, "steps_without_drafts": 0, "drafted": 0, "accepted": 0,
                        "probes": 0, "guarded": 0}
 
+    def set_mode(self, mode: str) -> None:
+        """Switch the mode of a live controller (a test and benchmark hook:
+        ``benchmarks/bench_switch.py``); what ``auto`` learnt is kept."""
+        self.kind, self.cycle = parse_mode(mode)
+
     # ------------------------------------------------------------------ measurements
     def record_step(self, rows: int, drafting: bool, seconds: float, batch: int = 0,
                     tokens: int = 0, depth: int = 0) -> None:
