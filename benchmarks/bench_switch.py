@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.bench_budget import TARGETS, _default_row  # noqa: E402
 from benchmarks.common import REPO, load_prompts, machine, machine_info, make_engine, \
     repetition_share, timed_generate  # noqa: E402
+from benchmarks.paired import _divergences  # noqa: E402
 
 NO_SPEC = "no-spec"
 
@@ -82,6 +83,9 @@ def measure(method: str, modes: list[str], batches: list[int], prompts: list, pa
                           / len(prompts) for m in mine),
                 repetition_4gram=repetition_share(mine[0]["outputs"]),
                 load=[m["load"] for m in mine]))
+            if out[-1]["exact"] < 1 and not params.temperature:  # a near-tie or a wrong token
+                out[-1]["divergences"] = _divergences(plain, prompts, params,
+                                                      ref[0]["outputs"], mine)
     spec.collective_rpc(functools.partial(_set_mode, mode="auto"))
     return out
 
@@ -110,6 +114,12 @@ def main() -> None:
     for r in rows:
         print(f"{r['mode']:<10}{r['batch']:>6}{r['vs_nospec']:>11.2f}x{r['vs_auto']:>8.2f}x"
               f"{r['exact']:>7.0%}{r['repetition_4gram']:>10.0%}")
+    for r in rows:
+        for d in r.get("divergences", []):
+            print(f"  {r['mode']} batch {r['batch']}: round {d['round']} prompt {d['prompt']} "
+                  f"left no speculation's output at token {d['token']} ({d['reference']} -> "
+                  f"{d['row']}); no speculation's top-2 log-probabilities there differ by "
+                  f"{d['gap']:.5f}")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = REPO / "benchmarks" / "results" / f"switch-{args.method}-{stamp}.json"
     path.write_text(json.dumps(dict(machine=machine_info(), sampling=sampling, rows=rows,
