@@ -137,13 +137,15 @@ class BudgetController:
         ``remaining()``: the tokens each request has left at most, asked only where the batch
         is closed (None, or it returns None: unknown; then the closed-batch rule of
         ``budget_drain`` does not apply)."""
-        self.decisions += 1
         if self.kind == "fixed":
             caps = list(limits)
         elif self.kind == "cycle":
-            c = self.cycle[(self.decisions - 1) % len(self.cycle)]
+            c = self.cycle[self.totals["steps"] % len(self.cycle)]
             caps = [min(c, lim) for lim in limits]
         else:
+            # ``auto``'s clock (ages, staleness) counts its own steps only: a controller
+            # switched to another mode and back (set_mode) finds its figures as it left them
+            self.decisions += 1
             caps = self._auto(req_ids, limits, remaining)
         if self.kind == "auto":
             for req_id, cap in zip(req_ids, caps):

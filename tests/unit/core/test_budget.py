@@ -144,6 +144,25 @@ def test_fixed_and_cycle_modes():
     assert got == [[4, 3], [0, 0], [2, 2], [4, 3]]
 
 
+def test_a_switched_mode_leaves_auto_as_it_was():
+    """set_mode (benchmarks/bench_switch.py): steps under another mode do not age what
+    ``auto`` measured (its clock counts its own steps), and the cycle still cycles."""
+    ctl = BudgetController(BudgetSettings(max_drafts=4))
+    for _ in range(5):
+        caps = ctl.allot(["a"], [4])
+        ctl.record_step(1 + sum(caps), any(caps), 0.01, 1, 1)
+    clock = ctl.decisions
+    ctl.set_mode("cycle:0,2")
+    # the cycle is indexed by all steps so far (five under auto)
+    assert [ctl.allot(["a"], [4]) for _ in range(4)] == [[2], [0], [2], [0]]
+    ctl.set_mode("auto")
+    assert ctl.decisions == clock and ctl.kind == "auto"
+    ctl.allot(["a"], [4])
+    assert ctl.decisions == clock + 1
+    with pytest.raises(ValueError):
+        ctl.set_mode("sometimes")
+
+
 @pytest.mark.parametrize("bad", ["", "always", "cycle:", "cycle:-1", "cycle:a"])
 def test_bad_modes_are_refused(bad):
     with pytest.raises(ValueError):
