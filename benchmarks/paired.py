@@ -126,8 +126,9 @@ def _row(cfg, runs: dict[str, list[dict]], configs: list, batch: int, dtype: str
     mine, ref = runs[cfg.name], runs[reference]
     ref_out = ref[0]["outputs"]
     ratios = [f["seconds"] / m["seconds"] for m, f in zip(mine, ref)]
+    label = f" [batch {batch or 'all'}]"
     return dict(
-        method=cfg.name + f" [batch {batch or 'all'}]", reference=reference + f" [batch {batch or 'all'}]",
+        method=cfg.name + label, reference=reference + label,
         batch=batch, dtype=dtype, seconds=[m["seconds"] for m in mine],
         speedup_vs_nospec=statistics.median(ratios), speedup_rounds=ratios,
         exact_match=min(sum(a == b for a, b in zip(m["outputs"], ref_out)) / len(ref_out)

@@ -89,7 +89,6 @@ class BudgetController:
         self.chosen = 0  # R of the last non-probe decision (hysteresis anchor)
         self.last = Decision()
         self.explore = Explorer(settings, self.cost)  # probes (budget_probes)
-        self.probes = self.explore.schedule
         self.totals = {"steps": 0, "steps_without_drafts": 0, "drafted": 0, "accepted": 0,
                        "probes": 0, "guarded": 0}
 
@@ -275,7 +274,8 @@ class BudgetController:
         """A kept decision may be used again (``ClosedBatch.reuse``): no upward probe is held
         and no probe is due; to draft, also the books allow drafting at this batch size and
         reality has not turned against drafting there."""
-        if self.explore.held is not None or self.probes.due(self.decisions, self.measured):
+        probe_due = self.explore.schedule.due(self.decisions, self.measured)
+        if self.explore.held is not None or probe_due:
             return False
         return plain or (self.guard.allows(batch) and not self._drafting_lost(batch))
 

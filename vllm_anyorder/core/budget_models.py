@@ -10,11 +10,12 @@ hand-set constant of the machine.
   a drafting forward, the rejection sampler; ``False`` is plain decoding, the no-speculation
   arm). Per arm, a table of buckets of ``rows`` (exact to 16, then four per doubling) holds
   (rows, a low quantile of seconds); predictions interpolate between measured buckets and
-  extrapolate with the last measured slope, so a curve that is flat and then steep (bf16 on AVX512 CPUs: 9 rows
-  cost ~1 row) is followed, not averaged away. A method whose drafter runs more forwards for
-  deeper chains (``specdiff``: ceil(T d / gamma)) tells each drafting step's ``stage`` (the
-  drafter forwards it ran); each stage is an arm of its own, and a stage not measured yet is
-  predicted from the nearest measured one plus the measured cost of a drafter forward.
+  extrapolate with the last measured slope, so a curve that is flat and then steep (bf16 on
+  AVX512 CPUs: 9 rows cost ~1 row) is followed, not averaged away. A method whose drafter runs
+  more forwards for deeper chains (``specdiff``: ceil(T d / gamma)) tells each drafting step's
+  ``stage`` (the drafter forwards it ran); each stage is an arm of its own, and a stage not
+  measured yet is predicted from the nearest measured one plus the measured cost of a drafter
+  forward.
 """
 
 from __future__ import annotations

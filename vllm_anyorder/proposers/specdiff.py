@@ -47,7 +47,8 @@ class SpecDiffProposer(AnyOrderProposer):
         device = weight.device
         # auto: the engine's dtype (the target's weights), as vLLM's draft_model does; a bf16
         # drafter under an fp32 engine on a CPU without native bf16 cost 4x per forward
-        dtype = str(weight.dtype).removeprefix("torch.") if self.cfg.dtype == "auto" else self.cfg.dtype
+        dtype = str(weight.dtype).removeprefix("torch.") if self.cfg.dtype == "auto" \
+            else self.cfg.dtype
         self.drafter = load_drafter(self.cfg.drafter, dtype=dtype, device=device)
         spec = self.drafter.spec
         gamma = self.cfg.num_draft_tokens

@@ -67,5 +67,5 @@ def test_a_change_after_back_off_is_found_within_one_gap():
 
 def test_the_log_line_says_how_often_it_probes():
     ctl = BudgetController(BudgetSettings(max_drafts=4))
-    ctl.probes.backoff = 3
+    ctl.explore.schedule.backoff = 3
     assert "a probe every 256 steps," in ctl.summary()
