@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.bench_budget import TARGETS, _default_row  # noqa: E402
 from benchmarks.common import REPO, load_prompts, machine, machine_info, make_engine, \
     repetition_share, timed_generate  # noqa: E402
-from benchmarks.paired import _divergences  # noqa: E402
+from benchmarks.paired import divergences  # noqa: E402
 
 NO_SPEC = "no-spec"
 
@@ -84,7 +84,7 @@ def measure(method: str, modes: list[str], batches: list[int], prompts: list, pa
                 repetition_4gram=repetition_share(mine[0]["outputs"]),
                 load=[m["load"] for m in mine]))
             if out[-1]["exact"] < 1 and not params.temperature:  # a near-tie or a wrong token
-                out[-1]["divergences"] = _divergences(plain, prompts, params,
+                out[-1]["divergences"] = divergences(plain, prompts, params,
                                                       ref[0]["outputs"], mine)
     spec.collective_rpc(functools.partial(_set_mode, mode="auto"))
     return out

@@ -84,12 +84,12 @@ def _measure(cfg, model, prompts, params, batches: list[int]) -> dict:
     for batch in batches:
         before = cfg.probe(llm) if cfg.probe else {}
         engines = engines_alive()
-        cpu0 = _cpu_snapshot()
+        cpu0 = cpu_snapshot()
         run = timed_generate(llm, cfg.name, prompts, params, warmup=False, batch=batch)
-        cpu1 = _cpu_snapshot()
+        cpu1 = cpu_snapshot()
         engines = max(engines, engines_alive())
         after = cfg.probe(llm) if cfg.probe else {}
-        foreign = (cpu1[0] - cpu0[0]) - _own_cpu(cpu0[1], cpu1[1])
+        foreign = (cpu1[0] - cpu0[0]) - own_cpu(cpu0[1], cpu1[1])
         passes.append(dict(
             batch=batch, outputs=run.outputs, seconds=run.seconds, drafts=run.drafts,
             draft_tokens=run.draft_tokens, accepted=run.accepted,
@@ -112,7 +112,7 @@ def engines_alive() -> int:
     return n
 
 
-def _cpu_snapshot() -> tuple[float, dict[int, float]]:
+def cpu_snapshot() -> tuple[float, dict[int, float]]:
     """(busy CPU seconds of the machine incl. steal, CPU seconds of each harness process)."""
     import psutil
 
@@ -131,5 +131,5 @@ def _cpu_snapshot() -> tuple[float, dict[int, float]]:
     return busy / os.sysconf("SC_CLK_TCK"), own
 
 
-def _own_cpu(start: dict[int, float], end: dict[int, float]) -> float:
+def own_cpu(start: dict[int, float], end: dict[int, float]) -> float:
     return sum(t - start.get(pid, 0.0) for pid, t in end.items())

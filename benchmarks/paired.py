@@ -31,7 +31,7 @@ from pathlib import Path
 
 from benchmarks.common import REPO, machine, machine_info, make_engine, \
     repetition_share, timed_generate
-from benchmarks.isolated import _cpu_snapshot, _own_cpu
+from benchmarks.isolated import cpu_snapshot, own_cpu
 
 # a step_timing gap longer than this is idling (patches/step_timing.IDLE_GAP_S = 0.25 s):
 # passes of different engines must not read as one run of steps
@@ -66,7 +66,7 @@ def compare_in_process(tag: str, target: Path, configs: list, prompts: list, par
         for cfg, row in zip(configs, new):
             if row["exact_match"] < 1 and getattr(params, "temperature", None) == 0:
                 ref = cfg.reference or configs[0].name
-                row["divergences"] = _divergences(engines[ref], prompts, params,
+                row["divergences"] = divergences(engines[ref], prompts, params,
                                                   runs[ref][0]["outputs"], runs[cfg.name])
         rows += new
     _print(rows, describe, repeats)
@@ -78,7 +78,7 @@ def compare_in_process(tag: str, target: Path, configs: list, prompts: list, par
     return rows
 
 
-def _divergences(ref_llm, prompts: list, params, ref: list, mine: list[dict],
+def divergences(ref_llm, prompts: list, params, ref: list, mine: list[dict],
                  most: int = 4) -> list[dict]:
     """Where a greedy row's outputs left the reference's: the first differing token of up to
     ``most`` (round, prompt) pairs, and the reference's own top-2 log-probabilities there (asked
@@ -108,11 +108,11 @@ def _pass(cfg, llm, prompts, params, batch: int) -> dict:
     time.sleep(_BETWEEN_PASSES_S)
     load = os.getloadavg()[0]
     before = cfg.probe(llm) if cfg.probe else {}
-    cpu0 = _cpu_snapshot()
+    cpu0 = cpu_snapshot()
     run = timed_generate(llm, cfg.name, prompts, params, warmup=False, batch=batch)
-    cpu1 = _cpu_snapshot()
+    cpu1 = cpu_snapshot()
     after = cfg.probe(llm) if cfg.probe else {}
-    foreign = max(0.0, (cpu1[0] - cpu0[0]) - _own_cpu(cpu0[1], cpu1[1])) / run.seconds
+    foreign = max(0.0, (cpu1[0] - cpu0[0]) - own_cpu(cpu0[1], cpu1[1])) / run.seconds
     return dict(seconds=run.seconds, outputs=run.outputs, drafts=run.drafts,
                 accepted=run.accepted, tokens_per_forward=run.mean_acceptance_length,
                 probe={k: after[k] - before.get(k, 0) for k in after},

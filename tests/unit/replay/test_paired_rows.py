@@ -47,11 +47,11 @@ def test_unreadable_counters_are_reported_as_none():
 
 
 def test_a_greedy_divergence_is_located_and_its_reference_gap_asked():
-    """paired._divergences: the first differing token of each differing (round, prompt), and
+    """paired.divergences: the first differing token of each differing (round, prompt), and
     the reference engine's top-2 log-probabilities there, asked again alone."""
     from types import SimpleNamespace as NS
 
-    from benchmarks.paired import _divergences
+    from benchmarks.paired import divergences
 
     asked = []
 
@@ -63,7 +63,7 @@ def test_a_greedy_divergence_is_located_and_its_reference_gap_asked():
 
     ref = [[1, 7, 5], [2, 2]]
     runs = [{"outputs": [[1, 7, 5], [2, 2]]}, {"outputs": [[1, 9, 5], [2, 2]]}]
-    found = _divergences(Ref(), ["p0", "p1"], NS(ignore_eos=True), ref, runs)
+    found = divergences(Ref(), ["p0", "p1"], NS(ignore_eos=True), ref, runs)
     assert len(found) == 1 and found[0]["round"] == 1 and found[0]["prompt"] == 0
     assert found[0]["token"] == 1 and found[0]["reference"] == [7] and found[0]["row"] == [9]
     assert found[0]["top2"] == [[7, -0.693], [9, -0.701]] and abs(found[0]["gap"] - 0.008) < 1e-9
