@@ -192,32 +192,9 @@ class BudgetController:
         room, trusted = self.guard.allowance(batch), min(len(order), reach)
         reach = self._affordable(batch, trusted, depth, room)
         order = order[:reach]
-        best, best_val, worse = 0, plain, 0
-        need, ceiling = plain * (1 + self.s.margin), batch + prefix[reach]
-        ends = round_ends(order) if drain else set()
-        for r in (sorted(set(thin(candidates(reach), batch)) | ends) if drain
-                  else candidates(reach)):
-            if not drain:
-                seconds = self._seconds(batch, r, depth[r])
-                if seconds is None:
-                    continue
-                if self.stages is None and ceiling / seconds < max(need, best_val * (1 + 1e-9)):
-                    break  # no more rows can win: gains at most ``ceiling``, cost never falls
-            # the open search's value is the goodput of the step just priced
-            val = value(r) if drain else (batch + prefix[r]) / seconds
-            if val is None:
-                continue
-            if val > best_val * (1 + 1e-9) and val >= need:
-                best, best_val, worse = r, val, 0
-            elif drain and best and val < best_val and r in ends:
-                # a drain's value peaks where rounds end (a partial round sends some requests
-                # into the tail early) and falls from round to round past its best (gains
-                # concave, costs rising): three round ends past it end the search (counting
-                # every count stopped at the partial rounds past a one-draft round: 0.87x at
-                # batch 16 against 1.03x for two drafts each, issue 22)
-                worse += 1
-                if worse == 3:
-                    break
+        need = plain * (1 + self.s.margin)
+        best, best_val = self._best_drain(batch, order, value, reach, plain, need) if drain \
+            else self._best_open(batch, prefix, depth, reach, plain, need)
         anchor = min(self.chosen, len(order))
         anchor_val = value(anchor) or 0.0
         # hysteresis holds the current choice only while it is predicted no slower than
@@ -259,16 +236,50 @@ class BudgetController:
     def _may_pay(self, batch: int, prefix: list[float], depth: list[int], most: int,
                  need: float) -> bool:
         """Whether some row count up to ``most`` predicts at least ``need`` tokens per second
-        at this batch size (the goodput rule's test, used as a closed batch's gate)."""
+        at this batch size (the goodput rule's search, used as a closed batch's gate)."""
+        return self._best_open(batch, prefix, depth, most, 0.0, need)[0] > 0
+
+    def _best_open(self, batch: int, prefix: list[float], depth: list[int], most: int,
+                   plain: float, need: float) -> tuple[int, float]:
+        """The goodput rule: the row count up to ``most`` with the most predicted tokens per
+        second (``batch + prefix[r]`` over the step's predicted seconds), if that is at least
+        ``need`` and above ``plain``; else (0, plain)."""
+        best, best_val, ceiling = 0, plain, batch + prefix[most]
         for r in candidates(most):
             seconds = self._seconds(batch, r, depth[r])
             if seconds is None:
                 continue
-            if (batch + prefix[r]) / seconds >= need:
-                return True
-            if self.stages is None and (batch + prefix[most]) / seconds < need:
-                return False  # gains at most prefix[most], and the cost never falls
-        return False
+            if self.stages is None and ceiling / seconds < max(need, best_val * (1 + 1e-9)):
+                break  # no more rows can win: gains at most ``ceiling``, cost never falls
+            val = (batch + prefix[r]) / seconds
+            if val > best_val * (1 + 1e-9) and val >= need:
+                best, best_val = r, val
+        return best, best_val
+
+    def _best_drain(self, batch: int, order: list[tuple[float, int]],
+                    value: Callable[[int], float | None], most: int, plain: float,
+                    need: float) -> tuple[int, float]:
+        """A closed batch's search: the first ``r`` rows of the water-filled ``order`` with the
+        most predicted tokens over its drain time (``value``), at least ``need``; candidates
+        are every round end and a thinned list (``budget_drain``)."""
+        best, best_val, worse = 0, plain, 0
+        ends = round_ends(order)
+        for r in sorted(set(thin(candidates(most), batch)) | ends):
+            val = value(r)
+            if val is None:
+                continue
+            if val > best_val * (1 + 1e-9) and val >= need:
+                best, best_val, worse = r, val, 0
+            elif best and val < best_val and r in ends:
+                # a drain's value peaks where rounds end (a partial round sends some requests
+                # into the tail early) and falls from round to round past its best (gains
+                # concave, costs rising): three round ends past it end the search (counting
+                # every count stopped at the partial rounds past a one-draft round: 0.87x at
+                # batch 16 against 1.03x for two drafts each, issue 22)
+                worse += 1
+                if worse == 3:
+                    break
+        return best, best_val
 
     def _may_keep(self, batch: int, plain: bool) -> bool:
         """A kept decision may be used again (``ClosedBatch.reuse``): no upward probe is held
