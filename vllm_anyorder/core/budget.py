@@ -60,7 +60,7 @@ from .budget_models import StepCost
 from .budget_probes import Explorer
 from .budget_report import describe, fingerprint
 from .budget_rows import TrustRegion, candidates, caps_of, deepest, prefix_sums
-from .budget_settings import BudgetSettings, Decision, parse_mode
+from .budget_settings import BudgetSettings, Decision, KeptDecision, parse_mode
 
 _gain = operator.itemgetter(0)
 MIN_GAIN = 1e-3  # rows expected to add fewer accepted drafts than this are never worth one
@@ -82,7 +82,8 @@ class BudgetController:
         self.realized = Realized()
         self.trust = TrustRegion()
         self.guard = LossGuard(settings.loss_share, settings.loss_horizon)
-        self.closed = ClosedBatch(settings.closed_hold)  # closed batches (budget_drain)
+        self.closed = ClosedBatch()  # closed batches (budget_drain)
+        self.kept = KeptDecision(settings.closed_hold)  # a decision used a few steps
         self.measured = 0  # steps whose cost was measured
         self.run = 0  # measured drafting steps in a row the controller chose (no probes)
         self.decisions = 0
@@ -161,8 +162,8 @@ class BudgetController:
         # a closed batch is valued by the time to finish it (budget_drain); one request: same
         left = self.closed.tokens_left(req_ids, remaining)
         closed = left is not None
-        held = self.closed.reuse(req_ids, limits, closed,
-                                 lambda plain: self._may_keep(batch, plain))
+        held = self.kept.reuse(req_ids, limits, closed,
+                               lambda plain: self._may_keep(batch, plain))
         if held is not None:
             return held
         plain = self._goodput(batch, 0, 0.0)
@@ -216,7 +217,7 @@ class BudgetController:
         if not allowed:  # a plain step: no held probe, no probe; the decision says why
             self.explore.held = None
             self.last = Decision(0, batch, False, best_val, plain, guarded=True, closed=closed)
-            self.closed.keep(req_ids, [0] * batch, closed)
+            self.kept.keep(req_ids, [0] * batch, closed)
             return [0] * batch
         held = self.explore.held_rows(batch, len(order))
         if held is not None:  # an upward probe holding its row count
@@ -229,8 +230,8 @@ class BudgetController:
         probe = rows != best  # no drafts, where plain steps are not fresh
         self.last = Decision(rows, batch, probe, best_val, plain, closed=closed, lost=lost)
         caps = caps_of(order, rows, batch)
-        if not probe and (closed or not rows):  # kept a few steps (ClosedBatch.reuse)
-            self.closed.keep(req_ids, caps, closed)
+        if not probe and (closed or not rows):  # kept a few steps (KeptDecision.reuse)
+            self.kept.keep(req_ids, caps, closed)
         return caps
 
     def _may_pay(self, batch: int, prefix: list[float], depth: list[int], most: int,
@@ -282,7 +283,7 @@ class BudgetController:
         return best, best_val
 
     def _may_keep(self, batch: int, plain: bool) -> bool:
-        """A kept decision may be used again (``ClosedBatch.reuse``): no upward probe is held
+        """A kept decision may be used again (``KeptDecision.reuse``): no upward probe is held
         and no probe is due; to draft, also the books allow drafting at this batch size and
         reality has not turned against drafting there."""
         probe_due = self.explore.schedule.due(self.decisions, self.measured)

@@ -23,7 +23,8 @@ beat the goodput rule, 0.93-1.00x). In a closed batch the controller therefore
 
 With one request both reduce to the goodput rule (rho / cost). Whether a batch is closed is
 :class:`BatchWatch`'s call, from the request ids of each step alone; :class:`ClosedBatch` holds
-the controller's closed-batch state (the watch, and a decision kept for a few steps).
+the controller's closed-batch state (a closed batch's decision is kept a few steps:
+``budget_settings.KeptDecision``).
 """
 
 from __future__ import annotations
@@ -72,17 +73,10 @@ class BatchWatch:
 
 
 class ClosedBatch:
-    """The controller's closed-batch state: the watch, and the last decision kept ``hold`` more
-    steps: a closed batch's (each decision there values a dozen drains: ~0.3 ms of a ~8 ms
-    step, issue 22), and a choice to draft nothing in any batch (while nothing is drafted the
-    acceptance does not move, and deciding afresh cost 90-130 us of a 5-9 ms step at T = 0.8,
-    where drafting does not pay)."""
+    """The controller's closed-batch state: the watch, and the tokens left it asks for."""
 
-    def __init__(self, hold: int) -> None:
+    def __init__(self) -> None:
         self.watch = BatchWatch()
-        self.hold = hold
-        # batch, caps, steps left, closed when kept
-        self._kept: tuple[list[str], list[int], int, bool] | None = None
 
     def tokens_left(self, req_ids: list[str],
                     remaining: Callable[[], list[int] | None] | None) -> list[int] | None:
@@ -94,24 +88,8 @@ class ClosedBatch:
             return None
         return remaining()
 
-    def reuse(self, req_ids: list[str], limits: list[int], closed: bool,
-              may: Callable[[bool], bool]) -> list[int] | None:
-        """The kept decision's caps again (within each request's limit) while the batch is
-        unchanged, as closed as it was, and ``may(plain)`` (the controller's books and probes
-        allow it; ``plain``: the kept caps draft nothing); None: decide afresh (and nothing is
-        kept any more)."""
-        kept, self._kept = self._kept, None
-        if kept is None or kept[3] != closed or kept[2] <= 0 or kept[0] != req_ids or \
-                not may(not any(kept[1])):
-            return None
-        self._kept = (kept[0], kept[1], kept[2] - 1, closed)
-        return [min(c, lim) for c, lim in zip(kept[1], limits)]
-
-    def keep(self, req_ids: list[str], caps: list[int], closed: bool = True) -> None:
-        self._kept = (list(req_ids), caps, self.hold, closed)
-
     def state(self) -> list:
-        return [self.watch.state(), self._kept]
+        return self.watch.state()
 
 
 def water_fill(remaining: list[int], gains: list[list[float]],

@@ -193,20 +193,22 @@ def test_the_price_table_is_predict_at_every_row_count():
 
 
 def test_a_closed_decision_is_kept_for_hold_steps_while_the_batch_and_the_books_allow():
-    """ClosedBatch: tokens left are asked only of a closed batch; a kept decision comes back
-    ``hold`` times (cut to each limit), and not after a change of batch or a veto."""
+    """ClosedBatch: tokens left are asked only of a closed batch; KeptDecision: a kept decision
+    comes back ``hold`` times (cut to each limit), and not after a change of batch or a veto."""
     from vllm_anyorder.core.budget_drain import ClosedBatch
-    closed, asked = ClosedBatch(hold=2), []
+    from vllm_anyorder.core.budget_settings import KeptDecision
+    closed, asked = ClosedBatch(), []
 
     def remaining():
         asked.append(1)
         return [9, 9]
     assert closed.tokens_left(["a", "b"], remaining) is None and not asked  # joined: open
     assert closed.tokens_left(["a", "b"], remaining) == [9, 9] and asked  # joined together
-    alone = ClosedBatch(hold=2)
+    alone = ClosedBatch()
     for _ in range(3):  # one request: the goodput rule is the same, nothing asked
         assert alone.tokens_left(["a"], remaining) is None
     assert len(asked) == 1
+    closed = KeptDecision(hold=2)
     closed.keep(["a", "b"], [3, 2])
     told = []
     yes = lambda plain: told.append(plain) or True  # noqa: E731
@@ -358,6 +360,6 @@ def test_a_closed_batch_values_no_drain_where_no_row_pays(monkeypatch):
     for step in range(60):  # now everything is accepted: the drain is valued again
         for r in ids:
             ctl.record_verified(r, 2, 2)
-    ctl.closed._kept = None
+    ctl.kept._kept = None  # decide afresh
     ctl.allot(ids, [4] * batch, lambda: [100] * batch)
     assert built
