@@ -47,10 +47,27 @@ def _set_mode(worker, mode: str) -> str:
     return mode
 
 
-def _pass(llm, prompts, params, batch: int) -> dict:
+def _totals(worker) -> dict:
+    """On a worker: the budget controller's running totals (steps, drafted, accepted, ...)."""
+    return dict(worker.model_runner.drafter.budget.controller.totals)
+
+
+def _pass(llm, prompts, params, batch: int, spec: bool) -> dict:
+    """One timed pass; for the method's engine, what its budget did in it: engine steps,
+    the share that drafted nothing, draft rows per step, and (``auto`` only, the one mode
+    that counts verifications) the share of drafts accepted."""
     time.sleep(0.3)
+    before = llm.collective_rpc(_totals)[0] if spec else None
     run = timed_generate(llm, "", prompts, params, warmup=False, batch=batch)
-    return dict(seconds=run.seconds, outputs=run.outputs, load=round(os.getloadavg()[0], 2))
+    out = dict(seconds=run.seconds, outputs=run.outputs, load=round(os.getloadavg()[0], 2))
+    if spec:
+        after = llm.collective_rpc(_totals)[0]
+        d = {k: after[k] - before[k] for k in after}
+        steps = max(1, d["steps"])
+        out["budget"] = dict(steps=d["steps"], plain_share=d["steps_without_drafts"] / steps,
+                             drafts_per_step=d["drafted"] / steps, probes=d["probes"],
+                             accepted_share=d["accepted"] / d["drafted"] if d["drafted"] else None)
+    return out
 
 
 def measure(method: str, modes: list[str], batches: list[int], prompts: list, params,
@@ -70,7 +87,8 @@ def measure(method: str, modes: list[str], batches: list[int], prompts: list, pa
             for name in names[r % len(names):] + names[:r % len(names)]:
                 if name != NO_SPEC:
                     spec.collective_rpc(functools.partial(_set_mode, mode=name))
-                runs[name].append(_pass(plain if name == NO_SPEC else spec, prompts, params, b))
+                runs[name].append(_pass(plain if name == NO_SPEC else spec, prompts, params, b,
+                                        name != NO_SPEC))
         ref = runs[NO_SPEC]
         for name in names:
             mine = runs[name]
@@ -82,7 +100,7 @@ def measure(method: str, modes: list[str], batches: list[int], prompts: list, pa
                 exact=min(sum(x == y for x, y in zip(m["outputs"], ref[0]["outputs"]))
                           / len(prompts) for m in mine),
                 repetition_4gram=repetition_share(mine[0]["outputs"]),
-                load=[m["load"] for m in mine]))
+                load=[m["load"] for m in mine], budget=[m.get("budget") for m in mine]))
             if out[-1]["exact"] < 1 and not params.temperature:  # a near-tie or a wrong token
                 out[-1]["divergences"] = divergences(plain, prompts, params,
                                                       ref[0]["outputs"], mine)
@@ -114,6 +132,16 @@ def main() -> None:
     for r in rows:
         print(f"{r['mode']:<10}{r['batch']:>6}{r['vs_nospec']:>11.2f}x{r['vs_auto']:>8.2f}x"
               f"{r['exact']:>7.0%}{r['repetition_4gram']:>10.0%}")
+    for r in rows:
+        per = [x for x in r["budget"] if x]
+        if per:
+            acc = [x["accepted_share"] for x in per if x["accepted_share"] is not None]
+            print(f"  {r['mode']} batch {r['batch']}: "
+                  f"{statistics.mean(x['steps'] for x in per):.0f} steps per pass, "
+                  f"{statistics.mean(x['plain_share'] for x in per):.0%} without drafts"
+                  + (f", {statistics.mean(x['drafts_per_step'] for x in per):.1f} drafts "
+                     f"per step, {statistics.mean(acc):.0%} accepted, "
+                     f"{statistics.mean(x['probes'] for x in per):.0f} probes" if acc else ""))
     for r in rows:
         for d in r.get("divergences", []):
             print(f"  {r['mode']} batch {r['batch']}: round {d['round']} prompt {d['prompt']} "

@@ -182,8 +182,8 @@ class BudgetController:
         # a drain is valued only where some row count pays at the full batch by the goodput
         # rule: where none does (drafts rarely accepted, T = 0.8) the drains' valuation was
         # 180 us of every step for nothing (issue 22)
-        drain = closed and self._may_pay(batch, prefix, depth, len(order),
-                                         plain * (1 + self.s.margin))
+        need = plain * (1 + self.s.margin)
+        drain = closed and self._may_pay(batch, prefix, depth, len(order), need)
         if drain:
             tables = self.cost.price_tables(batch + len(order), self._stage)
             value = DrainValue(left, order, tables, depth)
@@ -194,10 +194,14 @@ class BudgetController:
         # no more rows than the books can lose if none is accepted (budget_guard)
         room, trusted = self.guard.allowance(batch), min(len(order), reach)
         reach = self._affordable(batch, trusted, depth, room)
+        if drain:  # valued in drain time: plain is value(0) now
+            need = plain * (1 + self.s.margin)
+            best, best_val = self._best_drain(batch, order[:reach], value, reach, plain, need)
+        elif closed and reach == len(order):  # the gate's search was this one: nothing pays
+            best, best_val = 0, plain
+        else:
+            best, best_val = self._best_open(batch, prefix, depth, reach, plain, need)
         order = order[:reach]
-        need = plain * (1 + self.s.margin)
-        best, best_val = self._best_drain(batch, order, value, reach, plain, need) if drain \
-            else self._best_open(batch, prefix, depth, reach, plain, need)
         anchor = min(self.chosen, len(order))
         anchor_val = value(anchor) or 0.0
         # hysteresis holds the current choice only while it is predicted no slower than
