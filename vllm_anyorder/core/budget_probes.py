@@ -77,11 +77,7 @@ class ProbeSchedule:
     def soon(self, decision: int) -> None:
         """Most of the batch is new (an offline batch starts, a burst of arrivals): what was
         learnt of acceptance is not theirs, so the next probe comes ``probe_every / 2`` steps
-        from now, once their first drafts have been judged, whatever the back-off was (assd at
-        batch 16: the first drafts of a new batch drop the engine-wide acceptance from 0.62 to
-        0.47, plain steps follow until a probe measures what the requests accept by then; a
-        quarter gap instead cost 2% more than plain decoding over simulated closed batches
-        where drafting never pays, ``test_budget_drain``)."""
+        from now, once their first drafts have been judged, whatever the back-off was."""
         self.last, self.backoff = decision, -1
 
     def spacing(self) -> int:
