@@ -162,8 +162,6 @@ class BudgetController:
         # a closed batch is valued by the time to finish it (budget_drain); one request: same
         left = self.closed.tokens_left(req_ids, remaining)
         closed = left is not None
-        if 2 * self.closed.watch.arrived > batch:  # mostly new requests: probe them soon
-            self.explore.schedule.soon(self.decisions)
         held = self.kept.reuse(req_ids, limits, closed,
                                lambda plain: self._may_keep(batch, plain))
         if held is not None:

@@ -44,17 +44,15 @@ class BatchWatch:
         self.joined: dict[str, int] = {}  # req_id -> step it joined
         self.step = 0
         self.left_at: int | None = None  # first departure since the last join
-        self.arrived = 0  # requests that joined in the last observed step
 
     def observe(self, req_ids: list[str]) -> bool:
         """This step's batch; whether it is closed."""
         self.step += 1
-        joined, arrived = self.joined, 0
+        joined, new = self.joined, False
         for req_id in req_ids:
             if req_id not in joined:
                 joined[req_id] = self.step
-                arrived += 1
-        self.arrived, new = arrived, arrived > 0
+                new = True
         if len(joined) != len(req_ids):  # someone left
             live = set(req_ids)
             for req_id in [r for r in joined if r not in live]:

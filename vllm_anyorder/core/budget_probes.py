@@ -74,12 +74,6 @@ class ProbeSchedule:
         else:
             self.backoff = 0
 
-    def soon(self, decision: int) -> None:
-        """Most of the batch is new (an offline batch starts, a burst of arrivals): what was
-        learnt of acceptance is not theirs, so the next probe comes ``probe_every / 2`` steps
-        from now, once their first drafts have been judged, whatever the back-off was."""
-        self.last, self.backoff = decision, -1
-
     def spacing(self) -> int:
         """How many times ``probe_every`` the probes are apart now (at least 1)."""
         return 2 ** max(0, self.backoff)
@@ -135,15 +129,12 @@ class Explorer:
         """Draft rows of an upward probe: the first count above ``best`` whose cost was not
         measured lately, within twice the choice (at least four more drafts per request:
         ``far``) or a quarter more (at least one more per request), and within ``total``
-        (the trust region). When all of them are fresh: None where the choice drafts, and one
-        draft per request where it is plain decoding, as acceptance is measured only where
-        drafts run (without it a batch whose first drafts were poor is never tried again:
-        assd at batch 16 drafted nothing for 20-30 steps of each new offline batch, issue 22)."""
+        (the trust region); None when all of them are fresh."""
         span = max(best, 4 * batch) if far else max(best // 4, batch)
         for r in candidates(min(total, best + span)):
             if r > best and self.stale(batch + r, True, decision, measured):
                 return r
-        return min(batch, total) or None if best == 0 else None
+        return None
 
     def stale(self, rows: int, drafting: bool, decision: int, measured: int) -> bool:
         """Worth a probe: never measured, measured fewer than ``YOUNG_SAMPLES`` times (a first

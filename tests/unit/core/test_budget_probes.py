@@ -69,26 +69,3 @@ def test_the_log_line_says_how_often_it_probes():
     ctl = BudgetController(BudgetSettings(max_drafts=4))
     ctl.explore.schedule.backoff = 3
     assert "a probe every 256 steps," in ctl.summary()
-
-
-def test_a_new_batch_whose_first_drafts_fail_is_tried_again_soon():
-    """Acceptance is measured only where drafts run: after a batch whose drafts stopped
-    paying (probes backed off), a new batch (all requests new) whose first drafts are
-    rejected must be tried again within a few dozen steps once its drafts would be accepted,
-    not one back-off gap later (issue 22: assd, offline batch 16)."""
-    ctl = BudgetController(BudgetSettings(max_drafts=8))
-    first_back = None
-    for step in range(800):
-        ids = [f"{'ab'[step >= 400]}{i}" for i in range(4)]
-        caps = ctl.allot(ids, [8] * 4)
-        rows = sum(caps)
-        # accepted until step 300, rejected to 412 (the old batch's end, the new one's start)
-        good = step < 300 or step >= 412
-        ctl.record_step(4 + rows, rows > 0, 0.010 * (1 + 0.02 * rows + 0.05 * (rows > 0)),
-                        batch=4, tokens=4 + (rows if good else 0))
-        for req_id, cap in zip(ids, caps):
-            if cap:
-                ctl.record_verified(req_id, cap, cap if good else 0)
-        if step >= 412 and rows and not ctl.last.probe and first_back is None:
-            first_back = step
-    assert first_back is not None and first_back <= 412 + 48, first_back
