@@ -185,15 +185,15 @@ class BudgetController:
         if drain:
             tables = self.cost.price_tables(batch + len(order), self._stage)
             value = DrainValue(left, order, tables, depth)
-            plain = value(0) or plain
+            plain = value(0) or plain  # valued in drain time from here on
+            need = plain * (1 + self.s.margin)
         else:
             def value(r: int) -> float | None:
                 return self._goodput(batch, r, prefix[r], depth[r])
         # no more rows than the books can lose if none is accepted (budget_guard)
         room, trusted = self.guard.allowance(batch), min(len(order), reach)
         reach = self._affordable(batch, trusted, depth, room)
-        if drain:  # valued in drain time: plain is value(0) now
-            need = plain * (1 + self.s.margin)
+        if drain:
             best, best_val = self._best_drain(batch, order[:reach], value, reach, plain, need)
         elif closed and reach == len(order):  # the gate's search was this one: nothing pays
             best, best_val = 0, plain
