@@ -15,6 +15,9 @@ tokens (``--ignore-eos``).
 Methods: ``none`` (no speculation), ``jacobi``, ``ngram``, ``specdiff``, ``draft_model`` at
 ``--k`` drafts (``benchmarks/configs.py``), plus any ``--config LABEL SPEC_JSON
 [ADDITIONAL_JSON]`` (what ``--speculative-config`` / ``--additional-config`` take).
+``--modes "auto;cycle:0"``: each plugin method's server runs every point once per budget
+mode, switched live between client runs (rows ``LABEL@MODE``, each also against the first
+mode on the same servers: the spread between server instances, 5-10% on a 2-core VM, cancels).
 ``--temperature`` (default 0: greedy) is passed to the client with ``--seed 0``.
 Writes ``benchmarks/results/serve-<time>.json`` (one row per method x concurrency x rate:
 output throughput, TPOT, TTFT, vLLM's acceptance length, the repetition share of the
@@ -36,7 +39,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import httpx
+
 from benchmarks import configs
+from vllm_anyorder import methods
 from benchmarks.common import (DEFAULT_MODEL, REPO, cpu_dtype, load_prompts, machine_info,
                                repetition_share)
 from benchmarks.load_test import Row, Server
@@ -110,6 +116,25 @@ def text_repetition(texts: list[str], tokenizer) -> float:
                                    for t in texts]), 3)
 
 
+def _runs(points: list[tuple], row: Row, modes: list[str], round_: int) -> list[tuple]:
+    """(point, budget mode) of one server's client runs: each point once per mode (rotated
+    by the round, so no mode always runs first on a fresh server); mode None: as started
+    (no speculation, or no ``--modes``)."""
+    if not modes or methods.lookup((row.spec or {}).get("method"), None) is None:
+        return [(p, None) for p in points]
+    k = round_ % len(modes)
+    return [(p, m) for p in points for m in modes[k:] + modes[:k]]
+
+
+def set_budget_mode(base: str, mode: str) -> None:
+    """Switch a live server's budget controller (``AnyorderWorkerExtension.
+    anyorder_set_budget_mode``, over vLLM's dev-mode ``/collective_rpc``)."""
+    reply = httpx.post(base + "/collective_rpc", timeout=60,
+                       json={"method": "anyorder_set_budget_mode", "args": [mode]})
+    if reply.status_code != 200:
+        raise RuntimeError(f"could not set the budget mode {mode!r}: {reply.text[:500]}")
+
+
 def run_method(label: str, row: Row, args, workdir: Path, prompts: Path,
                round_: int = 0) -> list[dict]:
     points = [(d, c, r) for d in args.dataset for c in args.concurrency
@@ -122,8 +147,11 @@ def run_method(label: str, row: Row, args, workdir: Path, prompts: Path,
                 dtype=args.dtype) as server:
         startup_s = round(time.time() - t0, 1)
         rows = []
-        for dataset, concurrency, rate in points:
-            result = workdir / f"{label}-{dataset}-c{concurrency}-r{rate}.json"
+        for (dataset, concurrency, rate), mode in _runs(points, row, args.modes, round_):
+            name = f"{label}@{mode}" if mode else label
+            if mode:
+                set_budget_mode(server.base, mode)
+            result = workdir / f"{name}-{dataset}-c{concurrency}-r{rate}.json"
             cmd = client_command(args, server.base, dataset, prompts, concurrency, rate, result)
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
             if proc.returncode != 0 or not result.exists():
@@ -133,13 +161,13 @@ def run_method(label: str, row: Row, args, workdir: Path, prompts: Path,
             texts = raw.get("generated_texts") or []
             repeated = text_repetition(texts, args.tokenizer)
             raw = {k: v for k, v in raw.items() if k not in PER_REQUEST}
-            rows.append({"method": label, "round": round_, "dataset": dataset,
+            rows.append({"method": name, "round": round_, "dataset": dataset,
                          "concurrency": concurrency,
                          "request_rate": rate, "temperature": args.temperature,
                          "startup_s": startup_s, **{k: raw.get(k) for k in KEPT},
                          "repetition_share": repeated, "outputs_sha1": hashlib.sha1(
                              json.dumps(texts).encode()).hexdigest(), "raw": raw})
-            print(f"{label:>12} {dataset:>6} c={concurrency:<3} rate={rate:<4} "
+            print(f"{name:>12} {dataset:>6} c={concurrency:<3} rate={rate:<4} "
                   f"{raw['output_throughput']:8.1f} tok/s  TPOT {raw['mean_tpot_ms']:7.2f} ms"
                   f"  repeated 4-grams {repeated:.0%}", flush=True)
     return rows
@@ -210,11 +238,16 @@ def parse_args(argv: list[str] | None):
     ap.add_argument("--rounds", type=int, default=1, help="servers per method, started in "
                     "rotation (none, jacobi, none, jacobi, ...): one server's ratio carries "
                     "the spread between server instances")
+    ap.add_argument("--modes", default="", help="budget modes (auto, cycle:0, ...), "
+                    "comma-separated by ';': each plugin method's server runs every point once "
+                    "per mode, switched live (rows LABEL@MODE): compares modes without the "
+                    "spread between server instances")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
     args.request_rate = args.request_rate.split(",")
     args.dataset = args.dataset.split(",")
+    args.modes = [m for m in args.modes.split(";") if m]
     if set(args.dataset) - {"custom", "random"}:
         ap.error(f"--dataset: custom and/or random, not {args.dataset}")
     return args
@@ -240,6 +273,10 @@ def main(argv: list[str] | None = None) -> Path:
         for label, row in rows.items():
             report["rows"] += run_method(label, row, args, workdir, prompts, round_)
     print_ratios(report["rows"])
+    for label in rows if args.modes else ():  # each mode against the first, server by server
+        mine = [r for r in report["rows"] if r["method"].startswith(f"{label}@")]
+        if mine:
+            print_ratios(mine, base=f"{label}@{args.modes[0]}")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1))
     from benchmarks.plots import write_serve_plot

@@ -9,6 +9,7 @@ per rank, plain JSON: the process, whether ``register()`` ran there, the platfor
 proposer's method and the sizes of its containers (per-request state is keyed by request id
 and must shrink back once requests leave the batch), and a fingerprint of the state every TP
 rank must hold identically (container keys and integer counters; timings are excluded).
+``anyorder_set_budget_mode(mode)`` switches the budget controller's mode (a benchmark hook).
 ``anyorder_memory()`` tells a leak from allocator growth: bytes held by live tensors and
 Python objects, against the C heap's in-use and free-but-kept bytes (glibc ``mallinfo2``).
 """
@@ -118,3 +119,13 @@ class AnyorderWorkerExtension:
 
     def anyorder_memory(self) -> dict[str, float]:
         return memory_of()
+
+    def anyorder_set_budget_mode(self, mode: str) -> str:
+        """A benchmark hook: switch the live budget controller's mode (``auto``, ``fixed``,
+        ``cycle:...``; what ``auto`` learnt is kept), so one server compares modes without
+        the spread between server instances (``benchmarks/bench_serve.py --modes``)."""
+        drafter = getattr(getattr(self, "model_runner", None), "drafter", None)
+        if getattr(drafter, "budget", None) is None:
+            raise ValueError("this engine runs no anyorder method")
+        drafter.budget.controller.set_mode(mode)
+        return drafter.budget.mode

@@ -28,3 +28,18 @@ def test_a_round_without_a_base_run_is_not_paired(capsys):
     print_ratios([run("none", 0, 100.0, 10.0), run("m", 1, 50.0, 20.0)])
     line = capsys.readouterr().out.strip()
     assert "throughput 0.50x" in line and "paired" not in line
+
+
+def test_modes_run_per_point_and_rotate_with_the_round():
+    from benchmarks.bench_serve import _runs
+    from benchmarks.load_test import Row
+
+    points = [("custom", 1, "inf"), ("custom", 8, "inf")]
+    plugin = Row("target", {"method": "jacobi", "num_speculative_tokens": 8}, {})
+    assert _runs(points, plugin, ["auto", "cycle:0"], 0) == [
+        (points[0], "auto"), (points[0], "cycle:0"), (points[1], "auto"), (points[1], "cycle:0")]
+    assert [m for _, m in _runs(points, plugin, ["auto", "cycle:0"], 1)][:2] == ["cycle:0", "auto"]
+    # no speculation and vLLM's own methods have no budget: one run per point, as started
+    for row in (Row("target", None, {}), Row("target", {"method": "ngram"}, {})):
+        assert _runs(points, row, ["auto", "cycle:0"], 0) == [(p, None) for p in points]
+    assert _runs(points, plugin, [], 0) == [(p, None) for p in points]
