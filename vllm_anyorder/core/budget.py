@@ -146,6 +146,7 @@ class BudgetController:
             # ``auto``'s clock (ages, staleness) counts its own steps only: a controller
             # switched to another mode and back (set_mode) finds its figures as it left them
             self.decisions += 1
+            self.accept.tick(req_ids)
             caps = self._auto(req_ids, limits, remaining)
         if self.kind == "auto":
             for req_id, cap in zip(req_ids, caps):

@@ -5,11 +5,18 @@ the tokens per second its choices really committed.
   wide (exponentially weighted counts) and per request (its own counts, shrunk towards the
   engine-wide rate with a small prior weight). ``gains(req, n)`` is the expected number of
   accepted drafts each of the first n rows adds: g_j = prod_{m <= j} a_m (non-increasing).
+  The engine-wide counts are kept apart for young requests (their first ``young_steps``
+  steps in the batch) and the rest: drafts of a request that has just started are accepted
+  less (``assd``'s n-gram drafts know only the prompt's bigrams; 0.24-0.35 in a batch's first
+  steps against 0.6-0.9 later, issue 22), and pooled, each new batch's first steps dragged the
+  rate every request was priced by down for dozens of plain steps, which measure nothing.
 * :class:`Realized` -- tokens per second committed by plain and by drafting steps, per batch
   size (the controller's reality check, ``core/budget.py``).
 """
 
 from __future__ import annotations
+
+SETTLED, YOUNG = 0, 1  # Acceptance's two age classes
 
 
 class Acceptance:
@@ -21,27 +28,43 @@ class Acceptance:
 
     def __init__(self, max_positions: int, prior: float = 0.5, prior_weight: float = 2.0,
                  decay: float = 0.02, request_weight: float = 2.0,
-                 request_decay: float = 0.25) -> None:
+                 request_decay: float = 0.25, young_steps: int = 8) -> None:
         self.n = max(1, max_positions)
+        self.young_steps = young_steps
+        self.ages: dict[str, int] = {}  # req_id -> steps it has been in the batch
         self.decay = decay
         # drafts of one request are accepted in bursts (a loop found, a Jacobi iterate
         # converged): its own counts forget fast, so a burst is drafted for within a step or two
         self.request_decay = request_decay
         self.request_weight = request_weight  # pseudo-trials of the engine rate per request
         self.prior, self.prior_weight = prior, prior_weight
-        # engine-wide exponentially forgotten (accepted, tried) per position
-        self.engine = [[0.0, 0.0] for _ in range(self.n)]
+        # engine-wide exponentially forgotten (accepted, tried) per position, for settled
+        # (SETTLED) and young (YOUNG) requests
+        self.engine = [[[0.0, 0.0] for _ in range(self.n)] for _ in (SETTLED, YOUNG)]
         self.requests: dict[str, list[list[float]]] = {}
         # req_id -> positions with counts (the deepest judged + 1; counts beyond are 0)
         self._judged: dict[str, int] = {}
-        self._engine_rates: list[float] | None = None
+        self._engine_rates: list[list[float] | None] = [None, None]
+
+    def tick(self, req_ids: list[str]) -> None:
+        """One step of this batch: every request in it is a step older."""
+        ages = self.ages
+        for req_id in req_ids:
+            ages[req_id] = ages.get(req_id, 0) + 1
+
+    def age_class(self, req_id: str | None) -> int:
+        """YOUNG within a request's first ``young_steps`` steps, else SETTLED."""
+        return YOUNG if req_id is not None and \
+            self.ages.get(req_id, 0) <= self.young_steps else SETTLED
 
     def observe(self, req_id: str, drafted: int, accepted: int) -> None:
         drafted = min(drafted, self.n)
         accepted = min(accepted, drafted)
         if drafted <= 0:
             return
-        self._engine_rates = None
+        age = self.age_class(req_id)
+        self._engine_rates[age] = None
+        engine = self.engine[age]
         own = self.requests.setdefault(req_id, [[0.0, 0.0] for _ in range(self.n)])
         judged = min(drafted, accepted + 1)  # positions this chain had judged
         if judged > self._judged.get(req_id, 0):
@@ -50,30 +73,35 @@ class Acceptance:
             if j > accepted:  # never judged: the chain was cut at position accepted + 1
                 break
             hit = 1.0 if j < accepted else 0.0
-            counts = self.engine[j]  # exponentially forgotten: the last ~1/decay trials
+            counts = engine[j]  # exponentially forgotten: the last ~1/decay trials
             counts[0] = counts[0] * (1.0 - self.decay) + hit
             counts[1] = counts[1] * (1.0 - self.decay) + 1.0
             keep = 1.0 - self.request_decay  # a request's own rate follows its recent steps
             own[j][0] = own[j][0] * keep + hit
             own[j][1] = own[j][1] * keep + 1.0
 
-    def engine_rates(self) -> list[float]:
+    def engine_rates(self, age: int = SETTLED) -> list[float]:
         """Engine-wide rate per position; a position seldom tried leans on the one before it
-        (the first on the prior): (hits_j + w a_{j-1}) / (tries_j + w)."""
-        if self._engine_rates is None:
+        (the first on the prior): (hits_j + w a_{j-1}) / (tries_j + w). Young requests' rates
+        lean position by position on the settled ones (where young drafts were seldom
+        tried, young requests are priced as the rest)."""
+        rates = self._engine_rates[age]
+        if rates is None:
+            base = self.engine_rates(SETTLED) if age == YOUNG else None
             rates, before, w = [], self.prior, self.prior_weight
-            for hits, tries in self.engine:
-                before = (hits + w * before) / (tries + w)
+            for j, (hits, tries) in enumerate(self.engine[age]):
+                lean = base[j] if base is not None else before
+                before = (hits + w * lean) / (tries + w)
                 rates.append(before)
-            self._engine_rates = rates
-        return self._engine_rates
+            self._engine_rates[age] = rates
+        return rates
 
     def rate(self, req_id: str | None, position: int) -> float:
         """P(draft at ``position`` (0-based) accepted | earlier ones accepted): the request's
         own (recent) counts, shrunk towards the engine-wide rate with ``request_weight``
         pseudo-trials."""
         j = min(position, self.n - 1)
-        engine = self.engine_rates()[j]
+        engine = self.engine_rates(self.age_class(req_id))[j]
         own = self.requests.get(req_id) if req_id is not None else None
         if own is None:
             return engine
@@ -83,7 +111,7 @@ class Acceptance:
     def gains(self, req_id: str | None, n: int, floor: float = 0.0) -> list[float]:
         """Expected accepted drafts added by each of the first n rows: g_j = prod_{m<=j} a_m,
         stopping before the first gain below ``floor``."""
-        engine, w = self.engine_rates(), self.request_weight
+        engine, w = self.engine_rates(self.age_class(req_id)), self.request_weight
         own = self.requests.get(req_id) if req_id is not None else None
         last = self.n - 1
         out, run = [], 1.0
@@ -112,6 +140,8 @@ class Acceptance:
         for req_id in [r for r in self.requests if r not in live]:
             del self.requests[req_id]
             self._judged.pop(req_id, None)
+        for req_id in [r for r in self.ages if r not in live]:
+            del self.ages[req_id]
 
 
 class Realized:

@@ -34,4 +34,6 @@ def fingerprint(c) -> dict:
             "cost": {str(k): sorted((b, round(m.rows, 6), round(m.seconds, 9))
                                     for b, m in v.items())
                      for k, v in c.cost.tables.items()},
-            "accept": [[round(h, 9), round(n, 9)] for h, n in c.accept.engine]}
+            "accept": [[[round(h, 9), round(n, 9)] for h, n in table]
+                       for table in c.accept.engine],
+            "ages": sorted(c.accept.ages.items())}
