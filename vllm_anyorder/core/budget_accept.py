@@ -63,7 +63,9 @@ class Acceptance:
         if drafted <= 0:
             return
         age = self.age_class(req_id)
-        self._engine_rates[age] = None
+        self._engine_rates[YOUNG] = None  # young rates lean on the settled ones
+        if age == SETTLED:
+            self._engine_rates[SETTLED] = None
         engine = self.engine[age]
         own = self.requests.setdefault(req_id, [[0.0, 0.0] for _ in range(self.n)])
         judged = min(drafted, accepted + 1)  # positions this chain had judged

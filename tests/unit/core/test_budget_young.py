@@ -37,6 +37,10 @@ def test_where_young_drafts_were_never_tried_young_requests_are_priced_as_the_re
             acc.tick([req])
         acc.observe(req, 4, 3)
     assert acc.engine_rates(YOUNG) == acc.engine_rates(SETTLED)
+    for _ in range(9):
+        acc.tick(["late"])
+    acc.observe("late", 4, 0)  # a settled rejection moves the young rates it leans on too
+    assert acc.engine_rates(YOUNG) == acc.engine_rates(SETTLED)
 
 
 def cost(rows, drafting):  # a small model on a CPU: most of a step is fixed
