@@ -39,13 +39,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
-
 from benchmarks import configs
-from vllm_anyorder import methods
 from benchmarks.common import (DEFAULT_MODEL, REPO, cpu_dtype, load_prompts, machine_info,
                                repetition_share)
+from benchmarks.load_clients import worker_set_budget_mode
 from benchmarks.load_test import Row, Server
+from vllm_anyorder import methods
 
 CLI = Path(sys.executable).with_name("vllm-anyorder")
 SERVED_NAME = "m"  # load_test.Server's --served-model-name
@@ -126,15 +125,6 @@ def _runs(points: list[tuple], row: Row, modes: list[str], round_: int) -> list[
     return [(p, m) for p in points for m in modes[k:] + modes[:k]]
 
 
-def set_budget_mode(base: str, mode: str) -> None:
-    """Switch a live server's budget controller (``AnyorderWorkerExtension.
-    anyorder_set_budget_mode``, over vLLM's dev-mode ``/collective_rpc``)."""
-    reply = httpx.post(base + "/collective_rpc", timeout=60,
-                       json={"method": "anyorder_set_budget_mode", "args": [mode]})
-    if reply.status_code != 200:
-        raise RuntimeError(f"could not set the budget mode {mode!r}: {reply.text[:500]}")
-
-
 def run_method(label: str, row: Row, args, workdir: Path, prompts: Path,
                round_: int = 0) -> list[dict]:
     points = [(d, c, r) for d in args.dataset for c in args.concurrency
@@ -150,7 +140,7 @@ def run_method(label: str, row: Row, args, workdir: Path, prompts: Path,
         for (dataset, concurrency, rate), mode in _runs(points, row, args.modes, round_):
             name = f"{label}@{mode}" if mode else label
             if mode:
-                set_budget_mode(server.base, mode)
+                worker_set_budget_mode(server.base, mode)
             result = workdir / f"{name}-{dataset}-c{concurrency}-r{rate}.json"
             cmd = client_command(args, server.base, dataset, prompts, concurrency, rate, result)
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)

@@ -218,15 +218,26 @@ def metric(base: str, name: str) -> float:
                if line.startswith((name + "{", name + " ")))
 
 
-def worker_state(base: str) -> list[dict]:
-    """Per-rank ``anyorder_state`` (needs VLLM_SERVER_DEV_MODE=1 and the worker extension)."""
-    r = httpx.post(base + "/collective_rpc", json={"method": "anyorder_state"}, timeout=60)
+def _worker_rpc(base: str, method: str, args: list[str] | None = None,
+                timeout: float = 60) -> list:
+    """Per-rank results of a worker-extension method over vLLM's dev-mode ``/collective_rpc``
+    (needs VLLM_SERVER_DEV_MODE=1 and the worker extension)."""
+    r = httpx.post(base + "/collective_rpc", json={"method": method, "args": args or []},
+                   timeout=timeout)
     r.raise_for_status()
     return r.json()["results"]
+
+
+def worker_state(base: str) -> list[dict]:
+    """Per-rank ``anyorder_state``."""
+    return _worker_rpc(base, "anyorder_state")
 
 
 def worker_memory(base: str) -> list[dict]:
     """Per-rank ``anyorder_memory``: live tensor MB vs the C heap's in-use / free MB."""
-    r = httpx.post(base + "/collective_rpc", json={"method": "anyorder_memory"}, timeout=120)
-    r.raise_for_status()
-    return r.json()["results"]
+    return _worker_rpc(base, "anyorder_memory", timeout=120)
+
+
+def worker_set_budget_mode(base: str, mode: str) -> list:
+    """Switch a live server's budget controller (``anyorder_set_budget_mode``)."""
+    return _worker_rpc(base, "anyorder_set_budget_mode", [mode])
