@@ -84,6 +84,7 @@ class BudgetController:
         self.trust = TrustRegion()
         self.guard = LossGuard(settings.loss_share, settings.loss_horizon)
         self.closed = ClosedBatch()  # closed batches (budget_drain)
+        self.accept.age_of = self.closed.watch.age  # its watch sees every step's batch
         self.kept = KeptDecision(settings.closed_hold)  # a decision used a few steps
         self.measured = 0  # steps whose cost was measured
         self._shapes: set[int] = set()  # row counts a drafting step has run at
@@ -157,7 +158,6 @@ class BudgetController:
             # ``auto``'s clock (ages, staleness) counts its own steps only: a controller
             # switched to another mode and back (set_mode) finds its figures as it left them
             self.decisions += 1
-            self.accept.tick(req_ids)
             caps = self._auto(req_ids, limits, remaining)
         if self.kind == "auto":
             for req_id, cap in zip(req_ids, caps):

@@ -16,6 +16,8 @@ the tokens per second its choices really committed.
 
 from __future__ import annotations
 
+from typing import Callable
+
 SETTLED, YOUNG = 0, 1  # Acceptance's two age classes
 
 
@@ -28,10 +30,13 @@ class Acceptance:
 
     def __init__(self, max_positions: int, prior: float = 0.5, prior_weight: float = 2.0,
                  decay: float = 0.02, request_weight: float = 2.0,
-                 request_decay: float = 0.25, young_steps: int = 8) -> None:
+                 request_decay: float = 0.25, young_steps: int = 8,
+                 age_of: Callable[[str], int] | None = None) -> None:
         self.n = max(1, max_positions)
         self.young_steps = young_steps
-        self.ages: dict[str, int] = {}  # req_id -> steps it has been in the batch
+        # a request's steps in the batch so far (the controller hands its BatchWatch's);
+        # None: every request counts as new
+        self.age_of = age_of
         self.decay = decay
         # drafts of one request are accepted in bursts (a loop found, a Jacobi iterate
         # converged): its own counts forget fast, so a burst is drafted for within a step or two
@@ -46,16 +51,12 @@ class Acceptance:
         self._judged: dict[str, int] = {}
         self._engine_rates: list[list[float] | None] = [None, None]
 
-    def tick(self, req_ids: list[str]) -> None:
-        """One step of this batch: every request in it is a step older."""
-        ages = self.ages
-        for req_id in req_ids:
-            ages[req_id] = ages.get(req_id, 0) + 1
-
     def age_class(self, req_id: str | None) -> int:
         """YOUNG within a request's first ``young_steps`` steps, else SETTLED."""
-        return YOUNG if req_id is not None and \
-            self.ages.get(req_id, 0) <= self.young_steps else SETTLED
+        if req_id is None:
+            return SETTLED
+        age = self.age_of(req_id) if self.age_of is not None else 0
+        return YOUNG if age <= self.young_steps else SETTLED
 
     def observe(self, req_id: str, drafted: int, accepted: int) -> None:
         drafted = min(drafted, self.n)
@@ -142,8 +143,6 @@ class Acceptance:
         for req_id in [r for r in self.requests if r not in live]:
             del self.requests[req_id]
             self._judged.pop(req_id, None)
-        for req_id in [r for r in self.ages if r not in live]:
-            del self.ages[req_id]
 
 
 class Realized:

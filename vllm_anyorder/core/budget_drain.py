@@ -68,6 +68,11 @@ class BatchWatch:
         first = next(steps, None)
         return first is not None and all(s == first for s in steps)
 
+    def age(self, req_id: str) -> int:
+        """Steps the request has been in the batch, this one included (0: not seen)."""
+        joined = self.joined.get(req_id)
+        return 0 if joined is None else self.step - joined + 1
+
     def state(self) -> list:
         return [self.step, self.left_at, sorted(self.joined.items())]
 

@@ -36,4 +36,4 @@ def fingerprint(c) -> dict:
                      for k, v in c.cost.tables.items()},
             "accept": [[[round(h, 9), round(n, 9)] for h, n in table]
                        for table in c.accept.engine],
-            "ages": sorted(c.accept.ages.items()), "shapes": sorted(c._shapes)}
+            "shapes": sorted(c._shapes)}

@@ -4,41 +4,48 @@ prompt's bigrams), and pooled with the rest those first steps priced every reque
 batch out of drafting for dozens of plain steps, which measure nothing."""
 
 import random
+from collections import Counter
 
 from vllm_anyorder.core.budget import BudgetController
 from vllm_anyorder.core.budget_accept import SETTLED, YOUNG, Acceptance
 from vllm_anyorder.core.budget_settings import BudgetSettings
 
 
+def aged(young_steps: int) -> tuple[Acceptance, Counter]:
+    """An Acceptance and the step counts it reads ages from (the controller's BatchWatch)."""
+    ages: Counter = Counter()
+    return Acceptance(4, young_steps=young_steps, age_of=ages.__getitem__), ages
+
+
 def test_young_requests_are_priced_by_young_drafts_and_the_rest_by_theirs():
-    acc = Acceptance(4, young_steps=2)
+    acc, ages = aged(young_steps=2)
     for b in range(30):
         old, new = f"old{b}", f"new{b}"
-        acc.tick([old])
-        acc.tick([old])
-        acc.tick([old, new])  # old: 3 steps (settled), new: 1 (young)
+        ages.update([old])
+        ages.update([old])
+        ages.update([old, new])  # old: 3 steps (settled), new: 1 (young)
         acc.observe(old, 1, 1)
         acc.observe(new, 1, 0)
     assert acc.engine_rates(SETTLED)[0] > 0.9 and acc.engine_rates(YOUNG)[0] < 0.1
-    acc.tick(["fresh"])
+    ages.update(["fresh"])
     assert acc.age_class("fresh") == YOUNG and acc.gains("fresh", 1)[0] < 0.1
-    acc.tick(["fresh"])
-    acc.tick(["fresh"])
+    ages.update(["fresh"])
+    ages.update(["fresh"])
     assert acc.age_class("fresh") == SETTLED and acc.gains("fresh", 1)[0] > 0.9
     acc.forget(set())
-    assert acc.ages == {} and acc.requests == {}
+    assert acc.requests == {}
 
 
 def test_where_young_drafts_were_never_tried_young_requests_are_priced_as_the_rest():
-    acc = Acceptance(4, young_steps=8)
+    acc, ages = aged(young_steps=8)
     for i in range(20):
         req = f"r{i}"
         for _ in range(9):
-            acc.tick([req])
+            ages.update([req])
         acc.observe(req, 4, 3)
     assert acc.engine_rates(YOUNG) == acc.engine_rates(SETTLED)
     for _ in range(9):
-        acc.tick(["late"])
+        ages.update(["late"])
     acc.observe("late", 4, 0)  # a settled rejection moves the young rates it leans on too
     assert acc.engine_rates(YOUNG) == acc.engine_rates(SETTLED)
 
