@@ -11,6 +11,7 @@ cost the measured step time (R = 0: the plain-decoding arm). Rows therefore go t
 whose next draft is most likely accepted; R = 0 is plain decoding, which is what makes the
 method never slower than no speculation once the measurements are in. (The SmartSpec / TurboSpec
 goodput rule, here with measured rather than profiled cost and per-position acceptance.)
+The searches over R, on the cost model's predicted step prices: ``core/budget_search``.
 
 Closed batches (``core/budget_drain``): while nobody waits to take a finished request's place
 (an offline batch, the end of a load), rows go to the requests furthest from finishing and an
@@ -50,20 +51,18 @@ step is charged what the model predicted for it: building its kernels is a one-o
 
 from __future__ import annotations
 
-import math
-import operator
 from typing import Callable
 
 from .budget_accept import Acceptance, Realized
-from .budget_drain import ClosedBatch, DrainValue, round_ends, thin, water_fill
+from .budget_drain import ClosedBatch, DrainValue, water_fill
 from .budget_guard import LossGuard
 from .budget_models import StepCost
 from .budget_probes import Explorer
 from .budget_report import describe, fingerprint
-from .budget_rows import TrustRegion, candidates, caps_of, deepest, prefix_sums
+from .budget_rows import TrustRegion, caps_of, deepest, prefix_sums, ranked_rows
+from .budget_search import RowSearch
 from .budget_settings import BudgetSettings, Decision, KeptDecision, parse_mode
 
-_gain = operator.itemgetter(0)
 MIN_GAIN = 1e-3  # rows expected to add fewer accepted drafts than this are never worth one
 
 
@@ -76,9 +75,9 @@ class BudgetController:
         drafting work grows with depth, ``specdiff``); None: one, whatever the depth."""
         self.s = settings
         self.stages = stages
-        self._stage_of: dict[int, int] = {}  # stages(depth), cached (the same every step)
         self.kind, self.cycle = parse_mode(settings.mode)
         self.cost = StepCost()
+        self.search = RowSearch(self.cost, stages)  # prices and row-count searches
         self.accept = Acceptance(settings.max_drafts)
         self.realized = Realized()
         self.trust = TrustRegion()
@@ -115,9 +114,9 @@ class BudgetController:
             charged = seconds
             if drafting and rows not in self._shapes:
                 self._shapes.add(rows)
-                predicted = self.cost.predict(rows, True, self._stage(depth))
+                predicted = self.cost.predict(rows, True, self.search.stage(depth))
                 charged = min(seconds, predicted) if predicted else seconds
-            self.cost.observe(rows, drafting, seconds, self.decisions, self._stage(depth))
+            self.cost.observe(rows, drafting, seconds, self.decisions, self.search.stage(depth))
             self.measured += 1
             if drafting:
                 self.trust.observe(batch or self.last.batch, rows)
@@ -178,14 +177,14 @@ class BudgetController:
                                lambda plain: self._may_keep(batch, plain))
         if held is not None:
             return held
-        plain = self._goodput(batch, 0, 0.0)
+        plain = self.search.goodput(batch, 0, 0.0)
         if plain is None:  # nothing measured yet: plain decoding first, then grow from it
             self.last = Decision(0, batch, True)
             return [0] * batch
         # the trust region (budget_rows.TrustRegion) bounds choices and probes alike
         reach = self.trust.reach(batch)
-        order = water_fill(left, self._gains(req_ids, limits, reach), reach) if closed else \
-            self._ranked_rows(req_ids, limits, reach)  # best first
+        own = self._gains(req_ids, limits, reach)  # each request's, in chain order
+        order = water_fill(left, own, reach) if closed else ranked_rows(own, reach)  # best first
         gains = [g for g, _ in order]
         prefix = prefix_sums(gains)
         depth = deepest(order, batch)
@@ -193,31 +192,31 @@ class BudgetController:
         # rule: where none does (drafts rarely accepted, T = 0.8) the drains' valuation was
         # 180 us of every step for nothing (issue 22)
         need = plain * (1 + self.s.margin)
-        drain = closed and self._may_pay(batch, prefix, depth, len(order), need)
+        drain = closed and self.search.may_pay(batch, prefix, depth, len(order), need)
         if drain:
-            tables = self.cost.price_tables(batch + len(order), self._stage)
+            tables = self.cost.price_tables(batch + len(order), self.search.stage)
             value = DrainValue(left, order, tables, depth)
             plain = value(0) or plain  # valued in drain time from here on
             need = plain * (1 + self.s.margin)
         else:
             def value(r: int) -> float | None:
-                return self._goodput(batch, r, prefix[r], depth[r])
+                return self.search.goodput(batch, r, prefix[r], depth[r])
         # no more rows than the books can lose if none is accepted (budget_guard)
         room, trusted = self.guard.allowance(batch), min(len(order), reach)
-        reach = self._affordable(batch, trusted, depth, room)
+        reach = self.search.affordable(batch, trusted, depth, room)
         if drain:
-            best, best_val = self._best_drain(batch, order[:reach], value, reach, plain, need)
+            best, best_val = self.search.best_drain(batch, order[:reach], value, reach, plain, need)
         elif closed and reach == len(order):  # the gate's search was this one: nothing pays
             best, best_val = 0, plain
         else:
-            best, best_val = self._best_open(batch, prefix, depth, reach, plain, need)
+            best, best_val = self.search.best_open(batch, prefix, depth, reach, plain, need)
         order = order[:reach]
         anchor = min(self.chosen, len(order))
         anchor_val = value(anchor) or 0.0
         # hysteresis holds the current choice only while it is predicted no slower than
         # plain decoding: "never slower than no speculation" outranks "do not flap"
         if best != anchor and best_val < anchor_val * (1 + self.s.hysteresis) and \
-                anchor_val >= plain and not self._free_switch(batch, anchor, best, depth):
+                anchor_val >= plain and not self.search.free_switch(batch, anchor, best, depth):
             best, best_val = anchor, anchor_val
         lost = bool(best) and self._drafting_lost(batch)
         if lost:  # reality overrules the prediction
@@ -250,54 +249,6 @@ class BudgetController:
             self.kept.keep(req_ids, caps, closed)
         return caps
 
-    def _may_pay(self, batch: int, prefix: list[float], depth: list[int], most: int,
-                 need: float) -> bool:
-        """Whether some row count up to ``most`` predicts at least ``need`` tokens per second
-        at this batch size (the goodput rule's search, used as a closed batch's gate)."""
-        return self._best_open(batch, prefix, depth, most, 0.0, need)[0] > 0
-
-    def _best_open(self, batch: int, prefix: list[float], depth: list[int], most: int,
-                   plain: float, need: float) -> tuple[int, float]:
-        """The goodput rule: the row count up to ``most`` with the most predicted tokens per
-        second (``batch + prefix[r]`` over the step's predicted seconds), if that is at least
-        ``need`` and above ``plain``; else (0, plain)."""
-        best, best_val, ceiling = 0, plain, batch + prefix[most]
-        for r in candidates(most):
-            seconds = self._seconds(batch, r, depth[r])
-            if seconds is None:
-                continue
-            if self.stages is None and ceiling / seconds < max(need, best_val * (1 + 1e-9)):
-                break  # no more rows can win: gains at most ``ceiling``, cost never falls
-            val = (batch + prefix[r]) / seconds
-            if val > best_val * (1 + 1e-9) and val >= need:
-                best, best_val = r, val
-        return best, best_val
-
-    def _best_drain(self, batch: int, order: list[tuple[float, int]],
-                    value: Callable[[int], float | None], most: int, plain: float,
-                    need: float) -> tuple[int, float]:
-        """A closed batch's search: the first ``r`` rows of the water-filled ``order`` with the
-        most predicted tokens over its drain time (``value``), at least ``need``; candidates
-        are every round end and a thinned list (``budget_drain``)."""
-        best, best_val, worse = 0, plain, 0
-        ends = round_ends(order)
-        for r in sorted(set(thin(candidates(most), batch)) | ends):
-            val = value(r)
-            if val is None:
-                continue
-            if val > best_val * (1 + 1e-9) and val >= need:
-                best, best_val, worse = r, val, 0
-            elif best and val < best_val and r in ends:
-                # a drain's value peaks where rounds end (a partial round sends some requests
-                # into the tail early) and falls from round to round past its best (gains
-                # concave, costs rising): three round ends past it end the search (counting
-                # every count stopped at the partial rounds past a one-draft round: 0.87x at
-                # batch 16 against 1.03x for two drafts each, issue 22)
-                worse += 1
-                if worse == 3:
-                    break
-        return best, best_val
-
     def _may_keep(self, batch: int, plain: bool) -> bool:
         """A kept decision may be used again (``KeptDecision.reuse``): no upward probe is held
         and no probe is due; to draft, also the books allow drafting at this batch size and
@@ -328,65 +279,10 @@ class BudgetController:
         self.last = Decision(sum(caps), len(limits), True, best_val, plain)
         return caps
 
-    def _affordable(self, batch: int, most: int, depth: list[int], room: float) -> int:
-        """The most draft rows (<= ``most``) a step at this batch size may verify: if it
-        accepted none of them, it would lose no more than ``room`` seconds, what the books
-        allow (``LossGuard.allowance``; priced by the cost model, never falling with rows)."""
-        plain = self.cost.predict(batch, False)
-        if room == math.inf or plain is None:
-            return most
-        seconds = self.cost.predict(batch + most, True, self._stage(depth[most]))
-        if seconds is not None and seconds - plain <= room:
-            return most  # the usual case, where the books are far from binding: one price
-        lo, hi = 0, most  # lo rows are affordable
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            seconds = self.cost.predict(batch + mid, True, self._stage(depth[mid]))
-            if seconds is not None and seconds - plain <= room:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
-
-    def _free_switch(self, batch: int, anchor: int, best: int, depth: list[int]) -> bool:
-        """More rows at no predicted extra cost (a flat cost curve): no reason to wait."""
-        if best < anchor or anchor == 0:
-            return False
-        return self.cost.predict(batch + best, True, self._stage(depth[best])) <= \
-            self.cost.predict(batch + anchor, True, self._stage(depth[anchor]))
-
     def _gains(self, req_ids: list[str], limits: list[int], most: int) -> list[list[float]]:
         """Each request's row gains in chain order, up to its limit and ``most``."""
         return [self.accept.gains(req_id, min(limit, most), MIN_GAIN)
                 for req_id, limit in zip(req_ids, limits)]
-
-    def _ranked_rows(self, req_ids: list[str], limits: list[int],
-                     most: int) -> list[tuple[float, int]]:
-        """The ``most`` best candidate draft rows of the batch as (gain, batch row), best gain
-        first (a request's gains are non-increasing, so its rows come in chain order)."""
-        order = [(g, row) for row, gains in enumerate(self._gains(req_ids, limits, most))
-                 for g in gains]
-        # descending runs, one per request: timsort merges them in about n log(batch)
-        order.sort(key=_gain, reverse=True)
-        return order[:most]
-
-    def _stage(self, depth: int) -> int:
-        if self.stages is None or depth <= 0:
-            return 1
-        stage = self._stage_of.get(depth)
-        if stage is None:
-            stage = self._stage_of[depth] = self.stages(depth)
-        return stage
-
-    def _goodput(self, batch: int, rows: int, gain: float, depth: int = 0) -> float | None:
-        seconds = self._seconds(batch, rows, depth)
-        return None if seconds is None else (batch + gain) / seconds
-
-    def _seconds(self, batch: int, rows: int, depth: int = 0) -> float | None:
-        """Predicted seconds of a step at this batch size with ``rows`` draft rows (None
-        before any measurement)."""
-        seconds = self.cost.predict(batch + rows, rows > 0, self._stage(depth))
-        return seconds if seconds is not None and seconds > 0 else None
 
     def summary(self) -> str:
         """One line, in words, of what the controller chose and why (the periodic log)."""

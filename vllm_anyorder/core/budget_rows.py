@@ -1,8 +1,12 @@
 """Row arithmetic of the speculation budget's allocation (``core/budget.py``): the candidate
-draft-row counts it evaluates, and for the best-first rows of a batch, the expected accepted
-drafts and the deepest chain of each prefix."""
+draft-row counts it evaluates, an open batch's rows ranked best first, and for the best-first
+rows of a batch, the expected accepted drafts and the deepest chain of each prefix."""
 
 from __future__ import annotations
+
+import operator
+
+_gain = operator.itemgetter(0)
 
 
 def prefix_sums(values: list[float]) -> list[float]:
@@ -20,6 +24,16 @@ def deepest(order: list[tuple[float, int]], batch: int) -> list[int]:
         per[row] += 1
         out.append(max(out[-1], per[row]))
     return out
+
+
+def ranked_rows(gains: list[list[float]], most: int) -> list[tuple[float, int]]:
+    """The ``most`` best candidate draft rows of the batch as (gain, batch row), best gain
+    first, from each request's row gains (a request's gains are non-increasing, so its rows
+    come in chain order)."""
+    order = [(g, row) for row, own in enumerate(gains) for g in own]
+    # descending runs, one per request: timsort merges them in about n log(batch)
+    order.sort(key=_gain, reverse=True)
+    return order[:most]
 
 
 def caps_of(order: list[tuple[float, int]], rows: int, batch: int) -> list[int]:

@@ -241,8 +241,8 @@ def test_a_choice_to_draft_nothing_is_kept_and_a_probe_still_comes_when_due():
         caps = ctl.allot(ids, [4, 4])
         ctl.record_step(2 + sum(caps), any(caps), steep(2 + sum(caps)), 2, 2)
     calls = []
-    fresh = ctl._affordable
-    ctl._affordable = lambda *a: calls.append(1) or fresh(*a)
+    fresh = ctl.search.affordable  # called once by every decision taken afresh
+    ctl.search.affordable = lambda *a: calls.append(1) or fresh(*a)
     decided, probes = 0, ctl.totals["probes"]
     for _ in range(40):
         before = len(calls)

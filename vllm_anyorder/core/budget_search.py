@@ -1,0 +1,119 @@
+"""The row-count searches of one ``auto`` decision of the speculation budget
+(``core/budget.py``), on the step-cost model's predicted prices (``budget_models.StepCost``):
+the goodput rule (an open batch's choice, and a closed batch's gate), a closed batch's drain
+search (``budget_drain``), the most rows the books afford (``budget_guard``), and whether more
+rows cost nothing more (hysteresis need not wait)."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from .budget_drain import round_ends, thin
+from .budget_models import StepCost
+from .budget_rows import candidates
+
+
+class RowSearch:
+    """A step's predicted price at a batch size, row count and depth, and the searches over
+    row counts that use it (engine-free; shares the controller's cost model)."""
+
+    def __init__(self, cost: StepCost, stages: Callable[[int], int] | None = None) -> None:
+        """``stages``: drafter forwards a step with this deepest chain runs (methods whose
+        drafting work grows with depth, ``specdiff``); None: one, whatever the depth."""
+        self.cost = cost
+        self.stages = stages
+        self._stage_of: dict[int, int] = {}  # stages(depth), cached (the same every step)
+
+    def stage(self, depth: int) -> int:
+        if self.stages is None or depth <= 0:
+            return 1
+        stage = self._stage_of.get(depth)
+        if stage is None:
+            stage = self._stage_of[depth] = self.stages(depth)
+        return stage
+
+    def seconds(self, batch: int, rows: int, depth: int = 0) -> float | None:
+        """Predicted seconds of a step at this batch size with ``rows`` draft rows (None
+        before any measurement)."""
+        seconds = self.cost.predict(batch + rows, rows > 0, self.stage(depth))
+        return seconds if seconds is not None and seconds > 0 else None
+
+    def goodput(self, batch: int, rows: int, gain: float, depth: int = 0) -> float | None:
+        seconds = self.seconds(batch, rows, depth)
+        return None if seconds is None else (batch + gain) / seconds
+
+    def may_pay(self, batch: int, prefix: list[float], depth: list[int], most: int,
+                need: float) -> bool:
+        """Whether some row count up to ``most`` predicts at least ``need`` tokens per second
+        at this batch size (the goodput rule's search, used as a closed batch's gate)."""
+        return self.best_open(batch, prefix, depth, most, 0.0, need)[0] > 0
+
+    def best_open(self, batch: int, prefix: list[float], depth: list[int], most: int,
+                  plain: float, need: float) -> tuple[int, float]:
+        """The goodput rule: the row count up to ``most`` with the most predicted tokens per
+        second (``batch + prefix[r]`` over the step's predicted seconds), if that is at least
+        ``need`` and above ``plain``; else (0, plain)."""
+        best, best_val, ceiling = 0, plain, batch + prefix[most]
+        for r in candidates(most):
+            seconds = self.seconds(batch, r, depth[r])
+            if seconds is None:
+                continue
+            if self.stages is None and ceiling / seconds < max(need, best_val * (1 + 1e-9)):
+                break  # no more rows can win: gains at most ``ceiling``, cost never falls
+            val = (batch + prefix[r]) / seconds
+            if val > best_val * (1 + 1e-9) and val >= need:
+                best, best_val = r, val
+        return best, best_val
+
+    def best_drain(self, batch: int, order: list[tuple[float, int]],
+                   value: Callable[[int], float | None], most: int, plain: float,
+                   need: float) -> tuple[int, float]:
+        """A closed batch's search: the first ``r`` rows of the water-filled ``order`` with the
+        most predicted tokens over its drain time (``value``), at least ``need``; candidates
+        are every round end and a thinned list (``budget_drain``)."""
+        best, best_val, worse = 0, plain, 0
+        ends = round_ends(order)
+        for r in sorted(set(thin(candidates(most), batch)) | ends):
+            val = value(r)
+            if val is None:
+                continue
+            if val > best_val * (1 + 1e-9) and val >= need:
+                best, best_val, worse = r, val, 0
+            elif best and val < best_val and r in ends:
+                # a drain's value peaks where rounds end (a partial round sends some requests
+                # into the tail early) and falls from round to round past its best (gains
+                # concave, costs rising): three round ends past it end the search (counting
+                # every count stopped at the partial rounds past a one-draft round: 0.87x at
+                # batch 16 against 1.03x for two drafts each, issue 22)
+                worse += 1
+                if worse == 3:
+                    break
+        return best, best_val
+
+    def affordable(self, batch: int, most: int, depth: list[int], room: float) -> int:
+        """The most draft rows (<= ``most``) a step at this batch size may verify: if it
+        accepted none of them, it would lose no more than ``room`` seconds, what the books
+        allow (``LossGuard.allowance``; priced by the cost model, never falling with rows)."""
+        plain = self.cost.predict(batch, False)
+        if room == math.inf or plain is None:
+            return most
+        seconds = self.cost.predict(batch + most, True, self.stage(depth[most]))
+        if seconds is not None and seconds - plain <= room:
+            return most  # the usual case, where the books are far from binding: one price
+        lo, hi = 0, most  # lo rows are affordable
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            seconds = self.cost.predict(batch + mid, True, self.stage(depth[mid]))
+            if seconds is not None and seconds - plain <= room:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def free_switch(self, batch: int, anchor: int, best: int, depth: list[int]) -> bool:
+        """More rows at no predicted extra cost (a flat cost curve): no reason to wait."""
+        if best < anchor or anchor == 0:
+            return False
+        return self.cost.predict(batch + best, True, self.stage(depth[best])) <= \
+            self.cost.predict(batch + anchor, True, self.stage(depth[anchor]))
