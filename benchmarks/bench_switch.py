@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_budget import TARGETS, _default_row  # noqa: E402
 from benchmarks.common import REPO, load_prompts, machine, machine_info, make_engine, \
-    repetition_share, timed_generate  # noqa: E402
-from benchmarks.paired import divergences  # noqa: E402
+    repetition_share  # noqa: E402
+from benchmarks.paired import divergences, timed_pass  # noqa: E402
 
 NO_SPEC = "no-spec"
 
@@ -52,17 +52,19 @@ def _totals(worker) -> dict:
     return dict(worker.model_runner.drafter.budget.controller.totals)
 
 
+def budget_totals(llm) -> dict:
+    """The first worker's budget totals (a ``timed_pass`` probe)."""
+    return llm.collective_rpc(_totals)[0]
+
+
 def _pass(llm, prompts, params, batch: int, spec: bool) -> dict:
     """One timed pass; for the method's engine, what its budget did in it: engine steps,
     the share that drafted nothing, draft rows per step, and (``auto`` only, the one mode
     that counts verifications) the share of drafts accepted."""
-    time.sleep(0.3)
-    before = llm.collective_rpc(_totals)[0] if spec else None
-    run = timed_generate(llm, "", prompts, params, warmup=False, batch=batch)
-    out = dict(seconds=run.seconds, outputs=run.outputs, load=round(os.getloadavg()[0], 2))
+    p = timed_pass(llm, prompts, params, batch, budget_totals if spec else None)
+    out = dict(seconds=p.run.seconds, outputs=p.run.outputs, load=round(os.getloadavg()[0], 2))
     if spec:
-        after = llm.collective_rpc(_totals)[0]
-        d = {k: after[k] - before[k] for k in after}
+        d = p.counters
         steps = max(1, d["steps"])
         out["budget"] = dict(steps=d["steps"], plain_share=d["steps_without_drafts"] / steps,
                              drafts_per_step=d["drafted"] / steps, probes=d["probes"],

@@ -27,9 +27,10 @@ import json
 import os
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.common import REPO, machine, machine_info, make_engine, \
+from benchmarks.common import REPO, Run, machine, machine_info, make_engine, \
     repetition_share, timed_generate
 from benchmarks.isolated import cpu_snapshot, own_cpu
 
@@ -104,19 +105,37 @@ def divergences(ref_llm, prompts: list, params, ref: list, mine: list[dict],
     return found
 
 
-def _pass(cfg, llm, prompts, params, batch: int) -> dict:
+@dataclass
+class Pass:
+    """One timed pass (:func:`timed_pass`)."""
+    run: Run
+    counters: dict  # how much each of ``probe(llm)``'s counters grew over it ({}: no probe)
+    load_before: float  # the 1-minute load average as it began
+    foreign_cpu: float  # CPU seconds other processes took, per second of the pass
+
+
+def timed_pass(llm, prompts, params, batch: int, probe=None, name: str = "") -> Pass:
+    """One timed pass of ``llm`` over ``prompts`` (``batch`` at a time; 0: all at once), after
+    a pause that keeps passes apart, with ``probe(llm)``'s counters read either side of it
+    (e.g. over ``collective_rpc``: outside the timed region)."""
     time.sleep(_BETWEEN_PASSES_S)
     load = os.getloadavg()[0]
-    before = cfg.probe(llm) if cfg.probe else {}
+    before = probe(llm) if probe else {}
     cpu0 = cpu_snapshot()
-    run = timed_generate(llm, cfg.name, prompts, params, warmup=False, batch=batch)
+    run = timed_generate(llm, name, prompts, params, warmup=False, batch=batch)
     cpu1 = cpu_snapshot()
-    after = cfg.probe(llm) if cfg.probe else {}
+    after = probe(llm) if probe else {}
     foreign = max(0.0, (cpu1[0] - cpu0[0]) - own_cpu(cpu0[1], cpu1[1])) / run.seconds
+    return Pass(run, {k: after[k] - before.get(k, 0) for k in after}, load, foreign)
+
+
+def _pass(cfg, llm, prompts, params, batch: int) -> dict:
+    p = timed_pass(llm, prompts, params, batch, cfg.probe, cfg.name)
+    run = p.run
     return dict(seconds=run.seconds, outputs=run.outputs, drafts=run.drafts,
                 accepted=run.accepted, tokens_per_forward=run.mean_acceptance_length,
-                probe={k: after[k] - before.get(k, 0) for k in after},
-                loadavg_before=round(load, 2), foreign_cpu=round(foreign, 3))
+                probe=p.counters, loadavg_before=round(p.load_before, 2),
+                foreign_cpu=round(p.foreign_cpu, 3))
 
 
 def _row(cfg, runs: dict[str, list[dict]], configs: list, batch: int, dtype: str,
