@@ -134,7 +134,8 @@ class StepBudget:
                     **({"depth": depth} if depth else {}),
                     **({"guarded": True} if self.controller.last.guarded else {}),
                     **({"closed": True} if self.controller.last.closed else {}),
-                    **({"lost": True} if self.controller.last.lost else {})}
+                    **({"lost": True} if self.controller.last.lost else {}),
+                    **({"mode": self.controller.kind} if self.controller.kind != "auto" else {})}
             self._trace.write(json.dumps(line) + "\n")
             self._trace.flush()
         if self.controller.kind != "auto":
