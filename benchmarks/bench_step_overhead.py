@@ -13,7 +13,7 @@ Two measurements:
   proposer's hooks timed: milliseconds per step of ``propose`` (budget + drafting) and
   ``observe_verification``, next to the whole step.
 
-    .venv/bin/python -m benchmarks.bench_step_overhead --controller [--batch 1 8 16]
+    .venv/bin/python -m benchmarks.bench_step_overhead --controller [--batch 1 8 16] [--closed 128]
     .venv/bin/python -m benchmarks.bench_step_overhead [--budget auto] [--batch 1 16]
 
 Figures: benchmarks/RESULTS.md ("The plugin's per-step work"). Timings on a 2-core VM move
@@ -32,8 +32,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def controller_us(batch: int, accept: float, steps: int = 3000, seed: int = 0) -> float:
-    """Microseconds per step of the budget's calls under a simulated engine."""
+def controller_us(batch: int, accept: float, steps: int = 3000, seed: int = 0,
+                  closed: int = 0) -> float:
+    """Microseconds per step of the budget's calls under a simulated engine. ``closed``: every
+    request generates this many tokens and leaves, and a new batch starts when all have left
+    (closed batches, ``core/budget_drain``: the controller values drains); 0: one open batch of
+    endless requests."""
     import random
 
     from vllm_anyorder.core.jacobi_refined import RefinedPositions
@@ -41,7 +45,9 @@ def controller_us(batch: int, accept: float, steps: int = 3000, seed: int = 0) -
 
     rng = random.Random(seed)
     budget = StepBudget("auto", 16, counting=RefinedPositions())
+    batches = 0
     req_ids = [f"r{i}" for i in range(batch)]
+    left = [closed] * batch
     caps, spent = [0] * batch, 0.0
     for _ in range(steps):
         sampled = [[1] * (1 + sum(1 for _ in range(k) if rng.random() < accept)) for k in caps]
@@ -50,7 +56,17 @@ def controller_us(batch: int, accept: float, steps: int = 3000, seed: int = 0) -
         if budget._pending is not None:  # the step "took" what the simulated engine says
             budget._pending.start = time.perf_counter() - (0.004 + 0.0003 * (batch + sum(caps)))
         budget.begin(req_ids, sampled)
-        caps = budget.caps(req_ids, [16] * batch)
+        if closed:  # the finished requests leave; the next batch once all have
+            spent += time.perf_counter() - start
+            left = [max(0, n - len(s)) for n, s in zip(left, sampled)]
+            req_ids = [r for r, n in zip(req_ids, left) if n]
+            left = [n for n in left if n]
+            if not req_ids:
+                batches += 1
+                req_ids, left = [f"b{batches}-{i}" for i in range(batch)], [closed] * batch
+            start = time.perf_counter()
+        limits = [min(16, n - 1) for n in left] if closed else [16] * len(req_ids)
+        caps = budget.caps(req_ids, limits, (lambda: list(left)) if closed else None)
         for req_id, cap in zip(req_ids, caps):
             if cap:
                 budget.counting.drafted(req_id, 0)
@@ -111,12 +127,15 @@ def main() -> int:
     ap.add_argument("--batch", type=int, nargs="+", default=None)
     ap.add_argument("--accept", type=float, nargs="+", default=[0.0, 0.7])
     ap.add_argument("--budget", default="auto")
+    ap.add_argument("--closed", type=int, default=0, help="--controller: closed batches of "
+                    "requests of this many tokens (0: one open batch)")
     args = ap.parse_args()
     if args.controller:
+        kind = f"closed batches of {args.closed}-token requests" if args.closed else "open"
         for batch in args.batch or [1, 8, 16]:
             for accept in args.accept:
-                print(f"batch {batch:>2}, drafts accepted with p={accept}: "
-                      f"{controller_us(batch, accept):.1f} us per step")
+                print(f"batch {batch:>2} ({kind}), drafts accepted with p={accept}: "
+                      f"{controller_us(batch, accept, closed=args.closed):.1f} us per step")
         return 0
     engine_ms(args.budget, args.batch or [1, 16])
     return 0

@@ -18,6 +18,8 @@ would); while another mode runs it learns nothing. A pass = ``--prompts`` submit
 
     LD_PRELOAD=$PWD/.venv/lib/libiomp5.so .venv/bin/python -m benchmarks.bench_switch \\
         --method assd --batch 8 16 --modes auto cycle:1 cycle:2 cycle:3 [--temperature 0.8]
+
+``--method ssd|freedave``: N / d = 4 on ``models/llada-dllm``, against ``stepwise``.
 """
 
 from __future__ import annotations
@@ -33,12 +35,26 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks import configs as C  # noqa: E402
 from benchmarks.bench_budget import TARGETS, _default_row  # noqa: E402
 from benchmarks.common import REPO, load_prompts, machine, machine_info, make_engine, \
     repetition_share  # noqa: E402
 from benchmarks.paired import divergences, timed_pass  # noqa: E402
 
 NO_SPEC = "no-spec"
+DLLM_NODES = 4  # ssd's N / freedave's d under the budget (the README's serve lines)
+
+
+def _target(method: str) -> Path:
+    return C.LLADA if method in C.DLLM_DRAFTING else TARGETS[method]
+
+
+def _row(method: str):
+    """The method with no option but the ones it cannot do without, budget ``auto``; a dLLM
+    method on ``models/llada-dllm`` (no speculation there is ``stepwise``)."""
+    if method in C.DLLM_DRAFTING:
+        return C.dllm(f"{method} defaults", method, k=DLLM_NODES, budget="auto")
+    return _default_row(method)
 
 
 def _set_mode(worker, mode: str) -> str:
@@ -75,8 +91,8 @@ def _pass(llm, prompts, params, batch: int, spec: bool) -> dict:
 def measure(method: str, modes: list[str], batches: list[int], prompts: list, params,
             repeats: int) -> list[dict]:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    target = TARGETS[method]
-    row = _default_row(method)
+    target = _target(method)
+    row = _row(method)
     plain = make_engine(target, None, None)
     spec = make_engine(target, row.speculative_config, row.additional_config)
     for llm in (plain, spec):
@@ -112,7 +128,8 @@ def measure(method: str, modes: list[str], batches: list[int], prompts: list, pa
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--method", default="assd", choices=sorted(TARGETS))
+    ap.add_argument("--method", default="assd",
+                    choices=sorted(TARGETS) + list(C.DLLM_DRAFTING))
     ap.add_argument("--modes", nargs="+", default=["auto", "cycle:1", "cycle:2", "cycle:3"])
     ap.add_argument("--batch", type=int, nargs="+", default=[8, 16])
     ap.add_argument("--repeats", type=int, default=4)
@@ -127,7 +144,7 @@ def main() -> None:
     rows = measure(args.method, args.modes, args.batch, load_prompts(args.prompts), params,
                    args.repeats)
     sampling = f"T={args.temperature}" if args.temperature else "greedy"
-    print(f"\nmachine: {machine()}; {args.method} on {TARGETS[args.method].name}, "
+    print(f"\nmachine: {machine()}; {args.method} on {_target(args.method).name}, "
           f"{args.prompts} prompts x {args.max_tokens} tokens, {sampling}, {args.repeats} rounds; "
           f"one engine, its budget mode switched between passes")
     print(f"{'mode':<10}{'batch':>6}{'vs no-spec':>12}{'vs auto':>9}{'exact':>7}{'repeated':>10}")

@@ -12,6 +12,7 @@ MDLM_DRAFTER = REPO / "models" / "mdlm-drafter"
 MDLM_DISTILLED = REPO / "models" / "mdlm-drafter-distilled"  # distilled from ar-target-large
 ASARM = REPO / "models" / "asarm"
 LLADA = REPO / "models" / "llada-dllm"
+DLLM_DRAFTING = ("ssd", "freedave")  # the dLLM methods that draft (``stepwise`` never does)
 DLLM_BLOCK = 32  # the dLLM benchmarks' block length (steps per block: 0 = the block length)
 
 
