@@ -109,13 +109,15 @@ def water_fill(remaining: list[int], gains: list[list[float]],
     heapq.heapify(heap)
     order: list[tuple[float, int]] = []
     while heap and len(order) < most:
-        _, _, i = heapq.heappop(heap)
+        i = heap[0][2]
         g = gains[i][used[i]]
         used[i] += 1
         rate[i] += g
         order.append((g, i))
-        if used[i] < len(gains[i]):
-            heapq.heappush(heap, (used[i], -remaining[i] / rate[i], i))
+        if used[i] < len(gains[i]):  # its next row: one sift instead of a pop and a push
+            heapq.heapreplace(heap, (used[i], -remaining[i] / rate[i], i))
+        else:
+            heapq.heappop(heap)
     return order
 
 

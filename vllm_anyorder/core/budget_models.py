@@ -172,16 +172,7 @@ class StepCost:
             pts = self._curves[arm] = self._curve(arm)
         if not pts:
             return None
-        out, i, last = [], 1, len(pts) - 1
-        for x in range(upto + 1):
-            if x <= pts[0][0] or last == 0:
-                out.append(pts[0][1] if x <= pts[0][0] else pts[-1][1])
-                continue
-            while i < last and pts[i][0] < x:
-                i += 1
-            (x0, y0), (x1, y1) = pts[i - 1], pts[i]
-            out.append(y0 + (y1 - y0) * (x - x0) / max(x1 - x0, 1e-9))
-        return out
+        return _table(pts, upto)
 
     def price_tables(self, upto: int,
                      stage: Callable[[int], int]) -> Callable[[bool, int], list[float] | None]:
@@ -284,6 +275,28 @@ def _monotone(pts: list[tuple[float, float]]) -> list[tuple[float, float]]:
         low = min(low, y)
         out.append((x, low))
     return out[::-1]
+
+
+def _table(pts: list[tuple[float, float]], upto: int) -> list[float]:
+    """:func:`_interpolate` at x = 0..upto, segment by segment (the same arithmetic, so the
+    same floats): flat up to the first point, then each segment's line over the counts in
+    (x0, x1], the last segment's beyond."""
+    first = math.floor(pts[0][0]) if pts[0][0] < upto else upto
+    out = [pts[0][1]] * (max(first, -1) + 1)  # x <= the first point
+    last, x = len(pts) - 1, len(out)
+    if last == 0:
+        return out + [pts[0][1]] * (upto + 1 - x)
+    for i in range(1, last + 1):
+        if x > upto:
+            break
+        (x0, y0), (x1, y1) = pts[i - 1], pts[i]
+        hi = upto if i == last or x1 >= upto else math.floor(x1)
+        if hi < x:
+            continue
+        dy, span = y1 - y0, max(x1 - x0, 1e-9)
+        out += [y0 + dy * (v - x0) / span for v in range(x, hi + 1)]
+        x = hi + 1
+    return out
 
 
 def _interpolate(pts: list[tuple[float, float]], x: float) -> float:

@@ -19,10 +19,12 @@ def prefix_sums(values: list[float]) -> list[float]:
 
 def deepest(order: list[tuple[float, int]], batch: int) -> list[int]:
     """The deepest chain when the first r rows of ``order`` are drafted, for r = 0..len."""
-    per, out = [0] * batch, [0]
+    per, out, most = [0] * batch, [0], 0
     for _, row in order:
-        per[row] += 1
-        out.append(max(out[-1], per[row]))
+        n = per[row] = per[row] + 1
+        if n > most:
+            most = n
+        out.append(most)
     return out
 
 

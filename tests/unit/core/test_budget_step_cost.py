@@ -95,3 +95,21 @@ def test_cached_cost_points_follow_every_sample():
     assert cost.predict(1, False) == pytest.approx(0.009)  # halfway to a faster sample
     cost.observe(9, True, 0.006, 2)
     assert cost.points(True) is not drafting and cost.predict(9, True) < 0.012
+
+
+def test_the_price_table_is_the_interpolation_at_every_count_to_the_last_bit():
+    """``_table`` walks segment by segment; every count must get exactly the float
+    ``_interpolate`` gives it (decisions compare these prices), repeated and fractional
+    bucket rows, a single point and the far tail point included."""
+    from vllm_anyorder.core.budget_models import _FAR, _interpolate, _table
+    rng = random.Random(3)
+    for _ in range(2000):
+        xs = sorted(rng.choice([rng.uniform(0.5, 90.0), float(rng.randint(1, 90))])
+                    for _ in range(rng.randint(1, 6)))
+        if len(xs) > 1 and rng.random() < 0.2:
+            xs[1] = xs[0]
+        if rng.random() < 0.3:
+            xs.append(xs[-1] + _FAR)
+        pts = list(zip(xs, sorted(rng.uniform(0.001, 0.05) for _ in xs)))
+        upto = rng.randint(0, 140)
+        assert _table(pts, upto) == [_interpolate(pts, float(x)) for x in range(upto + 1)]
