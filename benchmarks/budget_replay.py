@@ -47,12 +47,13 @@ from pathlib import Path
 from benchmarks.common import REPO
 from benchmarks.cost_profiles import Profile, fit_measured, load_profile
 from vllm_anyorder.core.assd_drafters import DRAFTERS
+from vllm_anyorder.methods import METHODS
 from vllm_anyorder.core.budget import BudgetController
 from vllm_anyorder.core.budget_settings import BudgetSettings
 
 APPROXIMATION = ("replay approximation: a request capped at c commits min(A_t, c) + 1 tokens "
                  "in recorded step t; recorded steps, batches and contexts; prefill excluded")
-DLLM_METHODS = ("stepwise", "ssd", "freedave")
+DLLM_METHODS = tuple(name for name, spec in METHODS.items() if spec.target_family == "diffusion")
 SEPARATE_DRAFTER = ("specdiff",)  # a drafter model whose forwards the GPU profiles leave out
 DRAFTER_CAVEAT = ("this profile costs the target's forward only: the drafter's forwards are "
                   "not in it, so the projection is optimistic")

@@ -6,13 +6,16 @@ from pathlib import Path
 
 from benchmarks.common import REPO
 from benchmarks.compare import Config, assd_probe, dllm_probe, drafter_probe
+from vllm_anyorder import methods
 
 AR_DRAFTER = REPO / "models" / "ar-drafter"
 MDLM_DRAFTER = REPO / "models" / "mdlm-drafter"
 MDLM_DISTILLED = REPO / "models" / "mdlm-drafter-distilled"  # distilled from ar-target-large
 ASARM = REPO / "models" / "asarm"
 LLADA = REPO / "models" / "llada-dllm"
-DLLM_DRAFTING = ("ssd", "freedave")  # the dLLM methods that draft (``stepwise`` never does)
+# the dLLM methods that draft (the method table's diffusion rows but ``stepwise``)
+DLLM_DRAFTING = tuple(name for name, spec in methods.METHODS.items()
+                      if spec.target_family == "diffusion" and name != methods.DIFFUSION_DEFAULT)
 DLLM_BLOCK = 32  # the dLLM benchmarks' block length (steps per block: 0 = the block length)
 
 

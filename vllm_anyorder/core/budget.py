@@ -74,7 +74,6 @@ class BudgetController:
         """``stages``: drafter forwards a step with this deepest chain runs (methods whose
         drafting work grows with depth, ``specdiff``); None: one, whatever the depth."""
         self.s = settings
-        self.stages = stages
         self.kind, self.cycle = parse_mode(settings.mode)
         self.cost = StepCost()
         self.search = RowSearch(self.cost, stages)  # prices and row-count searches
@@ -95,6 +94,11 @@ class BudgetController:
         self.totals = {"steps": 0, "steps_without_drafts": 0, "drafted": 0, "accepted": 0,
                        "probes": 0, "guarded": 0}
 
+    @property
+    def stages(self) -> Callable[[int], int] | None:
+        """Drafter forwards by deepest chain (None: one); the row search holds it."""
+        return self.search.stages
+
     def set_mode(self, mode: str) -> None:
         """Switch the mode of a live controller (a test and benchmark hook:
         ``benchmarks/bench_switch.py``); what ``auto`` learnt is kept."""
@@ -111,12 +115,12 @@ class BudgetController:
             # 6-9 ms after, issue 22): the books charge it what the model predicted for it,
             # what they agreed to risk, or one such step kept a fresh server's batch plain for
             # hundreds of steps (the next steps at that count are charged in full)
-            charged = seconds
+            charged, stage = seconds, self.search.stage(depth)
             if drafting and rows not in self._shapes:
                 self._shapes.add(rows)
-                predicted = self.cost.predict(rows, True, self.search.stage(depth))
+                predicted = self.cost.predict(rows, True, stage)
                 charged = min(seconds, predicted) if predicted else seconds
-            self.cost.observe(rows, drafting, seconds, self.decisions, self.search.stage(depth))
+            self.cost.observe(rows, drafting, seconds, self.decisions, stage)
             self.measured += 1
             if drafting:
                 self.trust.observe(batch or self.last.batch, rows)

@@ -157,22 +157,14 @@ class StepCost:
         two steps, one of each, already give a slope); a plain arm with no sample borrows the
         drafting arm's curve; an unmeasured stage, the nearest measured stage's curve shifted
         by the stages between times :meth:`stage_seconds`."""
-        arm = _arm(drafting, stage)
-        pts = self._curves.get(arm)
-        if pts is None:
-            pts = self._curves[arm] = self._curve(arm)
+        pts = self._cached_curve(_arm(drafting, stage))
         return _interpolate(pts, float(rows)) if pts else None
 
     def table(self, drafting: bool, stage: int, upto: int) -> list[float] | None:
         """:meth:`predict` for every row count 0..upto in one walk (the closed-batch drain
         prices dozens of counts a step)."""
-        arm = _arm(drafting, stage)
-        pts = self._curves.get(arm)
-        if pts is None:
-            pts = self._curves[arm] = self._curve(arm)
-        if not pts:
-            return None
-        return _table(pts, upto)
+        pts = self._cached_curve(_arm(drafting, stage))
+        return _table(pts, upto) if pts else None
 
     def price_tables(self, upto: int,
                      stage: Callable[[int], int]) -> Callable[[bool, int], list[float] | None]:
@@ -186,6 +178,13 @@ class StepCost:
                 built[key] = self.table(drafting, max(1, key[1]), upto)
             return built[key]
         return table
+
+    def _cached_curve(self, arm: int) -> list[tuple[float, float]]:
+        """:meth:`_curve`, built once until a sample changes it."""
+        pts = self._curves.get(arm)
+        if pts is None:
+            pts = self._curves[arm] = self._curve(arm)
+        return pts
 
     def _curve(self, arm: int) -> list[tuple[float, float]]:
         plain = self.points(False)
