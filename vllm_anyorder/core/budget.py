@@ -55,6 +55,7 @@ from typing import Callable
 
 from .budget_accept import Acceptance, Realized
 from .budget_drain import ClosedBatch, DrainValue, water_fill
+from .budget_floor import DraftingFloor
 from .budget_guard import LossGuard
 from .budget_models import StepCost
 from .budget_probes import Explorer
@@ -62,6 +63,7 @@ from .budget_report import describe, fingerprint
 from .budget_rows import TrustRegion, caps_of, deepest, prefix_sums, ranked_rows
 from .budget_search import RowSearch
 from .budget_settings import BudgetSettings, Decision, KeptDecision, parse_mode
+from .budget_switch import SwitchCost
 
 MIN_GAIN = 1e-3  # rows expected to add fewer accepted drafts than this are never worth one
 
@@ -76,6 +78,8 @@ class BudgetController:
         self.s = settings
         self.kind, self.cycle = parse_mode(settings.mode)
         self.cost = StepCost()
+        self.switch = SwitchCost()  # what a step that changes arm costs more (budget_switch)
+        self.floor = DraftingFloor()  # drafting prices per batch size (budget_floor)
         self.search = RowSearch(self.cost, stages)  # prices and row-count searches
         self.accept = Acceptance(settings.max_drafts)
         self.realized = Realized()
@@ -120,10 +124,17 @@ class BudgetController:
                 self._shapes.add(rows)
                 predicted = self.cost.predict(rows, True, stage)
                 charged = min(seconds, predicted) if predicted else seconds
-            self.cost.observe(rows, drafting, seconds, self.decisions, stage)
+            # the cost model learns an arm's steady price: a step that changed arm, with
+            # what changing arm costs taken off (budget_switch; priced by its own bucket)
+            switched = self.switch.observe(drafting, seconds,
+                                           self.cost.measured(rows, drafting, stage))
+            self.cost.observe(rows, drafting, self.switch.steady(drafting, seconds, switched),
+                              self.decisions, stage)
             self.measured += 1
             if drafting:
                 self.trust.observe(batch or self.last.batch, rows)
+                if batch:
+                    self.floor.observe(batch, rows, seconds)
             # realised goodput: plain steps, and drafting steps the controller chose after
             # one it also chose (the first after plain or a probe drafts a cold chain)
             settled = drafting and not self.last.probe
@@ -199,7 +210,7 @@ class BudgetController:
         drain = closed and self.search.may_pay(batch, prefix, depth, len(order), need)
         if drain:
             tables = self.cost.price_tables(batch + len(order), self.search.stage)
-            value = DrainValue(left, order, tables, depth)
+            value = DrainValue(left, order, tables, depth, self.floor)
             plain = value(0) or plain  # valued in drain time from here on
             need = plain * (1 + self.s.margin)
         else:
@@ -218,9 +229,14 @@ class BudgetController:
         anchor = min(self.chosen, len(order))
         anchor_val = value(anchor) or 0.0
         # hysteresis holds the current choice only while it is predicted no slower than
-        # plain decoding: "never slower than no speculation" outranks "do not flap"
-        if best != anchor and best_val < anchor_val * (1 + self.s.hysteresis) and \
-                anchor_val >= plain and not self.search.free_switch(batch, anchor, best, depth):
+        # plain decoding: "never slower than no speculation" outranks "do not flap"; leaving
+        # drafting for plain also pays the round trip of switching arm (budget_switch)
+        stay, least = self.s.hysteresis, plain
+        if not best and anchor and self.switch.last:
+            trip = self.switch.round_trip_share(self.search.seconds(batch, 0))
+            stay, least = max(stay, trip), plain / (1 + trip)
+        if best != anchor and best_val < anchor_val * (1 + stay) and \
+                anchor_val >= least and not self.search.free_switch(batch, anchor, best, depth):
             best, best_val = anchor, anchor_val
         lost = bool(best) and self._drafting_lost(batch)
         if lost:  # reality overrules the prediction

@@ -151,6 +151,12 @@ class StepCost:
         """Steps measured at this row count in this arm, all stages together."""
         return sum(m.samples for m in self._at(rows, drafting))
 
+    def measured(self, rows: int, drafting: bool, stage: int = 1) -> float | None:
+        """This row count's own bucket's price (its low quantile) once it is mature; None
+        before (a cheap look-up: no curve is built)."""
+        mean = self.tables.get(_arm(drafting, stage), {}).get(_bucket(rows))
+        return mean.seconds if mean is not None and mean.samples >= YOUNG_SAMPLES else None
+
     def predict(self, rows: int, drafting: bool, stage: int = 1) -> float | None:
         """Seconds of a step with ``rows`` rows; None before any step of either arm. The
         drafting arm's curve starts from the plain steps below its first measured bucket (so
