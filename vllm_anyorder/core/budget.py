@@ -55,7 +55,7 @@ from typing import Callable
 
 from .budget_accept import Acceptance, Realized
 from .budget_drain import ClosedBatch, DrainValue, water_fill
-from .budget_floor import DraftingFloor
+from .budget_batch_prices import BatchPrices
 from .budget_guard import LossGuard
 from .budget_models import StepCost
 from .budget_probes import Explorer
@@ -79,8 +79,8 @@ class BudgetController:
         self.kind, self.cycle = parse_mode(settings.mode)
         self.cost = StepCost()
         self.switch = SwitchCost()  # what a step that changes arm costs more (budget_switch)
-        self.floor = DraftingFloor()  # drafting prices per batch size (budget_floor)
-        self.search = RowSearch(self.cost, stages)  # prices and row-count searches
+        self.prices = BatchPrices()  # drafting prices per batch size (budget_batch_prices)
+        self.search = RowSearch(self.cost, stages, self.prices)  # prices, row-count searches
         self.accept = Acceptance(settings.max_drafts)
         self.realized = Realized()
         self.trust = TrustRegion()
@@ -134,7 +134,7 @@ class BudgetController:
             if drafting:
                 self.trust.observe(batch or self.last.batch, rows)
                 if batch:
-                    self.floor.observe(batch, rows, seconds)
+                    self.prices.observe(batch, rows, seconds, stage)
             # realised goodput: plain steps, and drafting steps the controller chose after
             # one it also chose (the first after plain or a probe drafts a cold chain)
             settled = drafting and not self.last.probe
@@ -210,7 +210,7 @@ class BudgetController:
         drain = closed and self.search.may_pay(batch, prefix, depth, len(order), need)
         if drain:
             tables = self.cost.price_tables(batch + len(order), self.search.stage)
-            value = DrainValue(left, order, tables, depth, self.floor)
+            value = DrainValue(left, order, tables, depth, self._own_prices(tables))
             plain = value(0) or plain  # valued in drain time from here on
             need = plain * (1 + self.s.margin)
         else:
@@ -268,6 +268,18 @@ class BudgetController:
         if not probe and (closed or not rows):  # kept a few steps (KeptDecision.reuse)
             self.kept.keep(req_ids, caps, closed)
         return caps
+
+    def _own_prices(self, tables: Callable[[bool, int], list[float] | None]
+                    ) -> Callable[[int, int, int], float | None]:
+        """A drain's drafting prices by (requests, rows, depth) from each batch size's own
+        steps (``budget_batch_prices``; past their rows, the drain's tables' rise)."""
+        def own(requests: int, rows: int, depth: int) -> float | None:
+            table = tables(True, depth)
+
+            def pooled(n: int) -> float | None:
+                return table[n] if table is not None and n < len(table) else None
+            return self.prices.price(requests, rows, self.search.stage(depth), pooled)
+        return own
 
     def _may_keep(self, batch: int, plain: bool) -> bool:
         """A kept decision may be used again (``KeptDecision.reuse``): no upward probe is held

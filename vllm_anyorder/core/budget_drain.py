@@ -18,8 +18,8 @@ beat the goodput rule, 0.93-1.00x). In a closed batch the controller therefore
 2. values the first r rows of that order by the predicted time to drain the batch if every
    request kept its rows (:func:`drain_seconds`): T = sum_k (f_k - f_{k-1}) * cost(rows of the
    requests still running), f the finish steps n_i / rho_i in ascending order, cost the
-   measured step-cost curve, a drafting step of k requests at least what k requests' own
-   drafting steps say (``budget_floor``); the value is the batch's tokens left over T (plain
+   measured step-cost curve (a drafting step of k requests from k requests' own drafting
+   steps where there are some: ``budget_batch_prices``); the value is the batch's tokens left over T (plain
    decoding: rho = 1, no drafting rows), in the same unit as goodput.
 
 With one request both reduce to the goodput rule (rho / cost). Whether a batch is closed is
@@ -136,25 +136,26 @@ def round_ends(order: list[tuple[float, int]]) -> set[int]:
 
 def drain_seconds(remaining: list[int], rate: list[float], rows: list[int],
                   seconds_of: Callable[[int, bool], float | None],
-                  floor: Callable[[int, int], float] | None = None) -> float | None:
+                  own: Callable[[int, int], float | None] | None = None) -> float | None:
     """Predicted seconds until every request finished, each keeping ``rows[i]`` draft rows and
     committing ``rate[i]`` tokens per step; ``seconds_of(rows, drafting)`` prices one step of
-    that many rows (None: unknown, and so is the drain); ``floor(requests, rows)``: the least
-    a drafting step of that many requests and rows costs (``budget_floor.DraftingFloor``)."""
+    that many rows (None: unknown, and so is the drain); ``own(requests, rows)``: a drafting
+    step's price from that batch size's own steps, where it has some
+    (``budget_batch_prices.BatchPrices``; None: ``seconds_of``'s)."""
     finish = sorted(zip((n / r for n, r in zip(remaining, rate)), rows))
     running, drafts, alive = len(remaining) + sum(rows), sum(rows), len(remaining)
     total, before = 0.0, 0.0
-    for steps, own in finish:
+    for steps, kept in finish:
         if steps > before:
-            seconds = seconds_of(running, drafts > 0)
+            seconds = own(alive, running) if own is not None and drafts else None
+            if seconds is None:
+                seconds = seconds_of(running, drafts > 0)
             if seconds is None:
                 return None
-            if floor is not None and drafts:
-                seconds = max(seconds, floor(alive, running))
             total += (steps - before) * seconds
             before = steps
-        running -= 1 + own
-        drafts -= own
+        running -= 1 + kept
+        drafts -= kept
         alive -= 1
     return total
 
@@ -167,9 +168,11 @@ class DrainValue:
 
     def __init__(self, remaining: list[int], order: list[tuple[float, int]],
                  tables: Callable[[bool, int], list[float] | None], depth: list[int],
-                 floor: Callable[[int, int], float] | None = None) -> None:
+                 own: Callable[[int, int, int], float | None] | None = None) -> None:
+        """``own(requests, rows, depth)``: a drafting step's price from that batch size's own
+        steps (None: the tables')."""
         self.remaining, self.order, self.depth = remaining, order, depth
-        self.tables, self.floor = tables, floor
+        self.tables, self.own = tables, own
         self.tokens = float(sum(remaining))
         self._memo: dict[int, float | None] = {}
         self._upto, self._rate, self._rows = 0, [1.0] * len(remaining), [0] * len(remaining)
@@ -186,11 +189,16 @@ class DrainValue:
             rows[i] += 1
         self._upto = max(self._upto, min(r, len(self.order)))
         plain = self.tables(False, 0)
-        drafting = self.tables(True, self.depth[min(r, len(self.depth) - 1)]) if r else plain
+        depth = self.depth[min(r, len(self.depth) - 1)]
+        drafting = self.tables(True, depth) if r else plain
+        own, own_of = self.own, None
+        if own is not None and r:
+            def own_of(requests: int, n: int) -> float | None:
+                return own(requests, n, depth)
         value = None
         if plain is not None and drafting is not None:
             seconds = drain_seconds(self.remaining, rate, rows,
-                                    lambda n, d: drafting[n] if d else plain[n], self.floor)
+                                    lambda n, d: drafting[n] if d else plain[n], own_of)
             value = self.tokens / seconds if seconds and self.tokens else None
         self._memo[r] = value
         return value

@@ -29,7 +29,7 @@ def fingerprint(c) -> dict:
             "probes": c.explore.state(), "guard": c.guard.state(),
             "trust": sorted(c.trust.widest.items()), "closed": c.closed.state(),
             "kept": c.kept.state(), "switch": c.switch.state(),
-            "floor": c.floor.state(),
+            "prices": c.prices.state(),
             "realized": sorted([list(k), [round(x, 9) for x in v]]
                                for k, v in c.realized.table.items()),
             "cost": {str(k): sorted((b, round(m.rows, 6), round(m.seconds, 9))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+from .budget_batch_prices import BatchPrices
 from .budget_drain import round_ends, thin
 from .budget_models import StepCost
 from .budget_rows import candidates
@@ -18,11 +19,15 @@ class RowSearch:
     """A step's predicted price at a batch size, row count and depth, and the searches over
     row counts that use it (engine-free; shares the controller's cost model)."""
 
-    def __init__(self, cost: StepCost, stages: Callable[[int], int] | None = None) -> None:
+    def __init__(self, cost: StepCost, stages: Callable[[int], int] | None = None,
+                 prices: BatchPrices | None = None) -> None:
         """``stages``: drafter forwards a step with this deepest chain runs (methods whose
-        drafting work grows with depth, ``specdiff``); None: one, whatever the depth."""
+        drafting work grows with depth, ``specdiff``); None: one, whatever the depth;
+        ``prices``: drafting prices per batch size, where measured (``budget_batch_prices``;
+        elsewhere the cost model's)."""
         self.cost = cost
         self.stages = stages
+        self.prices = prices
         self._stage_of: dict[int, int] = {}  # stages(depth), cached (the same every step)
 
     def stage(self, depth: int) -> int:
@@ -36,8 +41,19 @@ class RowSearch:
     def seconds(self, batch: int, rows: int, depth: int = 0) -> float | None:
         """Predicted seconds of a step at this batch size with ``rows`` draft rows (None
         before any measurement)."""
-        seconds = self.cost.predict(batch + rows, rows > 0, self.stage(depth))
+        if rows:
+            seconds = self.drafting(batch, batch + rows, self.stage(depth))
+        else:
+            seconds = self.cost.predict(batch, False)
         return seconds if seconds is not None and seconds > 0 else None
+
+    def drafting(self, batch: int, rows: int, stage: int = 1) -> float | None:
+        """A drafting step of ``batch`` requests and ``rows`` rows in all: from that batch
+        size's own drafting steps where there are some, else the cost model's curve."""
+        def pooled(n: int) -> float | None:
+            return self.cost.predict(n, True, stage)
+        own = self.prices.price(batch, rows, stage, pooled) if self.prices else None
+        return own if own is not None else pooled(rows)
 
     def goodput(self, batch: int, rows: int, gain: float, depth: int = 0) -> float | None:
         seconds = self.seconds(batch, rows, depth)
@@ -98,13 +114,13 @@ class RowSearch:
         plain = self.cost.predict(batch, False)
         if room == math.inf or plain is None:
             return most
-        seconds = self.cost.predict(batch + most, True, self.stage(depth[most]))
+        seconds = self.drafting(batch, batch + most, self.stage(depth[most]))
         if seconds is not None and seconds - plain <= room:
             return most  # the usual case, where the books are far from binding: one price
         lo, hi = 0, most  # lo rows are affordable
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            seconds = self.cost.predict(batch + mid, True, self.stage(depth[mid]))
+            seconds = self.drafting(batch, batch + mid, self.stage(depth[mid]))
             if seconds is not None and seconds - plain <= room:
                 lo = mid
             else:
@@ -115,5 +131,6 @@ class RowSearch:
         """More rows at no predicted extra cost (a flat cost curve): no reason to wait."""
         if best < anchor or anchor == 0:
             return False
-        return self.cost.predict(batch + best, True, self.stage(depth[best])) <= \
-            self.cost.predict(batch + anchor, True, self.stage(depth[anchor]))
+        more = self.drafting(batch, batch + best, self.stage(depth[best]))
+        less = self.drafting(batch, batch + anchor, self.stage(depth[anchor]))
+        return more is not None and less is not None and more <= less

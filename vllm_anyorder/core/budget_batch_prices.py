@@ -1,0 +1,108 @@
+"""Drafting prices per batch size: what a drafting step of B requests and r rows costs, from
+B's own drafting steps where it has some (``core/budget.py``; the searches and the closed-batch
+drain read them through ``budget_search.RowSearch`` and ``budget_drain.DrainValue``).
+
+The cost model (``budget_models.StepCost``) prices a step by its rows alone, and rows mix
+requests and drafts. A request costs more than a draft row (issue 22, ``assd``, 2-core AMD VM,
+bf16: plain steps 3.7 ms at 8 requests, 5.4-5.9 at 16; a draft row 0.06-0.14 ms at a fixed
+batch size), so one pooled curve priced each batch size with the other's steps:
+
+* at batch 8, 24 rows (two drafts each) were priced 7.0 ms from batch 16's steps of 24 rows
+  (16 requests, 8 drafts) and 16 rows (one each) 5.3 ms, a low quantile; batch 8's own steps
+  took 6.7 and 6.6 ms. One draft each looked far cheaper than two and was chosen for dozens
+  of steps at 1.8 tokens per ms, where two each gave 2.6;
+* at batch 16, one draft row was priced from batch 8's steps below a plain step of 16
+  requests: closed batches drafted 1-12 rows of 16 at 1.5-2.6 tokens per ms against 2.4-3.0
+  plain and 3.2-3.5 for a row each.
+
+So each (batch size, drafter stage) keeps its own drafting points (rows bucketed as the cost
+model's are; a low quantile of seconds: falls fast to a faster step, rises slowly), and where
+it has a mature one a drafting step there is priced from them: between its points, the line;
+below its fewest rows, that point less a draft row's cost at a fixed batch size (its own
+secant; with one point, the least secant of any batch size with two; else flat) -- not a line
+down to the plain step, which hid the fixed cost of drafting at all; past its most rows, the
+pooled curve's rise from there. Elsewhere the pooled curve prices it, as before.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Callable
+
+from .budget_models import YOUNG_SAMPLES, _bucket
+
+
+class BatchPrices:
+    """Per (batch size, stage), that batch size's drafting steps by rows (low quantiles)."""
+
+    def __init__(self, down: float = 0.5, up: float = 0.05) -> None:
+        self.down, self.up = down, up
+        # (batch, stage) -> bucket -> [rows (their mean), seconds (a low quantile), samples]
+        self.points: dict[tuple[int, int], dict[int, list[float]]] = {}
+        self._lines: dict[tuple[int, int], tuple[list[float], list[float], float]] = {}
+
+    def observe(self, batch: int, rows: int, seconds: float, stage: int = 1) -> None:
+        """One drafting step of ``batch`` requests and ``rows`` rows that took ``seconds``."""
+        key = (batch, stage)
+        table = self.points.setdefault(key, {})
+        self._lines.pop(key, None)
+        p = table.get(_bucket(rows))
+        if p is None:
+            table[_bucket(rows)] = [float(rows), seconds, 1]
+            return
+        if p[2] < YOUNG_SAMPLES:  # a young point takes its fastest sample outright
+            p[1] = min(p[1], seconds)
+        else:
+            p[1] += (self.down if seconds < p[1] else self.up) * (seconds - p[1])
+        p[2] += 1
+        p[0] += (rows - p[0]) / min(p[2], 20)
+
+    def price(self, batch: int, rows: int, stage: int,
+              pooled: Callable[[int], float | None]) -> float | None:
+        """Seconds of a drafting step of ``batch`` requests and ``rows`` rows from this batch
+        size's own points; None where it has no mature one (``pooled(rows)``: the pooled
+        curve, for rows past its points)."""
+        line = self._line((batch, stage))
+        xs, ys, slope = line
+        if not xs:
+            return None
+        if rows <= xs[0]:
+            if len(xs) == 1:
+                slope = self._least_slope()
+            return max(0.0, ys[0] - slope * (xs[0] - rows))
+        if rows >= xs[-1]:
+            here, there = pooled(rows), pooled(int(round(xs[-1])))
+            rise = here - there if here is not None and there is not None else 0.0
+            return ys[-1] + max(0.0, rise)
+        i = bisect.bisect_left(xs, rows)
+        x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+        return y0 + (y1 - y0) * (rows - x0) / max(x1 - x0, 1e-9)
+
+    def _line(self, key: tuple[int, int]) -> tuple[list[float], list[float], float]:
+        """The mature points, made non-decreasing (the least at or above each), and their
+        secant slope (0 with one point); built once until a step changes them."""
+        line = self._lines.get(key)
+        if line is not None:
+            return line
+        pts = sorted((p[0], p[1]) for p in self.points.get(key, {}).values()
+                     if p[2] >= YOUNG_SAMPLES)
+        xs, ys, low = [], [], float("inf")
+        for x, y in reversed(pts):
+            low = min(low, y)
+            xs.append(x)
+            ys.append(low)
+        xs.reverse()
+        ys.reverse()
+        slope = (ys[-1] - ys[0]) / (xs[-1] - xs[0]) if len(xs) > 1 else 0.0
+        line = self._lines[key] = (xs, ys, slope)
+        return line
+
+    def _least_slope(self) -> float:
+        """The least per-row secant of the batch sizes with two points or more (0: none)."""
+        lines = [self._line(key) for key in self.points]
+        return max(0.0, min((s for xs, _, s in lines if len(xs) > 1), default=0.0))
+
+    def state(self) -> list:
+        return sorted((list(k), sorted((b, round(p[0], 6), round(p[1], 9), p[2])
+                                       for b, p in t.items()))
+                      for k, t in self.points.items())
