@@ -54,8 +54,8 @@ from __future__ import annotations
 from typing import Callable
 
 from .budget_accept import Acceptance, Realized
-from .budget_drain import ClosedBatch, DrainValue, water_fill
 from .budget_batch_prices import BatchPrices
+from .budget_drain import ClosedBatch, DrainValue, water_fill
 from .budget_guard import LossGuard
 from .budget_models import StepCost
 from .budget_probes import Explorer
@@ -210,7 +210,7 @@ class BudgetController:
         drain = closed and self.search.may_pay(batch, prefix, depth, len(order), need)
         if drain:
             tables = self.cost.price_tables(batch + len(order), self.search.stage)
-            value = DrainValue(left, order, tables, depth, self._own_prices(tables))
+            value = DrainValue(left, order, tables, depth, self.search.drain_prices(tables))
             plain = value(0) or plain  # valued in drain time from here on
             need = plain * (1 + self.s.margin)
         else:
@@ -268,18 +268,6 @@ class BudgetController:
         if not probe and (closed or not rows):  # kept a few steps (KeptDecision.reuse)
             self.kept.keep(req_ids, caps, closed)
         return caps
-
-    def _own_prices(self, tables: Callable[[bool, int], list[float] | None]
-                    ) -> Callable[[int, int, int], float | None]:
-        """A drain's drafting prices by (requests, rows, depth) from each batch size's own
-        steps (``budget_batch_prices``; past their rows, the drain's tables' rise)."""
-        def own(requests: int, rows: int, depth: int) -> float | None:
-            table = tables(True, depth)
-
-            def pooled(n: int) -> float | None:
-                return table[n] if table is not None and n < len(table) else None
-            return self.prices.price(requests, rows, self.search.stage(depth), pooled)
-        return own
 
     def _may_keep(self, batch: int, plain: bool) -> bool:
         """A kept decision may be used again (``KeptDecision.reuse``): no upward probe is held

@@ -15,8 +15,8 @@ batch size), so one pooled curve priced each batch size with the other's steps:
   requests: closed batches drafted 1-12 rows of 16 at 1.5-2.6 tokens per ms against 2.4-3.0
   plain and 3.2-3.5 for a row each.
 
-So each (batch size, drafter stage) keeps its own drafting points (rows bucketed as the cost
-model's are; a low quantile of seconds: falls fast to a faster step, rises slowly), and where
+So each (batch size, drafter stage) keeps its own drafting points (buckets as the cost model
+keeps them: ``budget_models.Bucket``, a low quantile of seconds by rows), and where
 it has a mature one a drafting step there is priced from them: between its points, the line;
 below its fewest rows, that point less a draft row's cost at a fixed batch size (its own
 secant; with one point, the least secant of any batch size with two; else flat) -- not a line
@@ -29,7 +29,7 @@ from __future__ import annotations
 import bisect
 from typing import Callable
 
-from .budget_models import YOUNG_SAMPLES, _bucket
+from .budget_models import YOUNG_SAMPLES, Bucket, monotone, observe_bucket
 
 
 class BatchPrices:
@@ -37,33 +37,21 @@ class BatchPrices:
 
     def __init__(self, down: float = 0.5, up: float = 0.05) -> None:
         self.down, self.up = down, up
-        # (batch, stage) -> bucket -> [rows (their mean), seconds (a low quantile), samples]
-        self.points: dict[tuple[int, int], dict[int, list[float]]] = {}
+        self.points: dict[tuple[int, int], dict[int, Bucket]] = {}  # (batch, stage) -> buckets
         self._lines: dict[tuple[int, int], tuple[list[float], list[float], float]] = {}
 
     def observe(self, batch: int, rows: int, seconds: float, stage: int = 1) -> None:
         """One drafting step of ``batch`` requests and ``rows`` rows that took ``seconds``."""
         key = (batch, stage)
-        table = self.points.setdefault(key, {})
         self._lines.pop(key, None)
-        p = table.get(_bucket(rows))
-        if p is None:
-            table[_bucket(rows)] = [float(rows), seconds, 1]
-            return
-        if p[2] < YOUNG_SAMPLES:  # a young point takes its fastest sample outright
-            p[1] = min(p[1], seconds)
-        else:
-            p[1] += (self.down if seconds < p[1] else self.up) * (seconds - p[1])
-        p[2] += 1
-        p[0] += (rows - p[0]) / min(p[2], 20)
+        observe_bucket(self.points.setdefault(key, {}), rows, seconds, 0, self.down, self.up)
 
     def price(self, batch: int, rows: int, stage: int,
               pooled: Callable[[int], float | None]) -> float | None:
         """Seconds of a drafting step of ``batch`` requests and ``rows`` rows from this batch
         size's own points; None where it has no mature one (``pooled(rows)``: the pooled
         curve, for rows past its points)."""
-        line = self._line((batch, stage))
-        xs, ys, slope = line
+        xs, ys, slope = self._line((batch, stage))
         if not xs:
             return None
         if rows <= xs[0]:
@@ -79,20 +67,14 @@ class BatchPrices:
         return y0 + (y1 - y0) * (rows - x0) / max(x1 - x0, 1e-9)
 
     def _line(self, key: tuple[int, int]) -> tuple[list[float], list[float], float]:
-        """The mature points, made non-decreasing (the least at or above each), and their
+        """The mature points, made non-decreasing (``budget_models.monotone``), and their
         secant slope (0 with one point); built once until a step changes them."""
         line = self._lines.get(key)
         if line is not None:
             return line
-        pts = sorted((p[0], p[1]) for p in self.points.get(key, {}).values()
-                     if p[2] >= YOUNG_SAMPLES)
-        xs, ys, low = [], [], float("inf")
-        for x, y in reversed(pts):
-            low = min(low, y)
-            xs.append(x)
-            ys.append(low)
-        xs.reverse()
-        ys.reverse()
+        pts = monotone(sorted((b.rows, b.seconds) for b in self.points.get(key, {}).values()
+                              if b.samples >= YOUNG_SAMPLES))
+        xs, ys = [x for x, _ in pts], [y for _, y in pts]
         slope = (ys[-1] - ys[0]) / (xs[-1] - xs[0]) if len(xs) > 1 else 0.0
         line = self._lines[key] = (xs, ys, slope)
         return line
@@ -103,6 +85,6 @@ class BatchPrices:
         return max(0.0, min((s for xs, _, s in lines if len(xs) > 1), default=0.0))
 
     def state(self) -> list:
-        return sorted((list(k), sorted((b, round(p[0], 6), round(p[1], 9), p[2])
-                                       for b, p in t.items()))
+        return sorted((list(k), sorted((n, round(b.rows, 6), round(b.seconds, 9), b.samples)
+                                       for n, b in t.items()))
                       for k, t in self.points.items())

@@ -19,8 +19,8 @@ beat the goodput rule, 0.93-1.00x). In a closed batch the controller therefore
    request kept its rows (:func:`drain_seconds`): T = sum_k (f_k - f_{k-1}) * cost(rows of the
    requests still running), f the finish steps n_i / rho_i in ascending order, cost the
    measured step-cost curve (a drafting step of k requests from k requests' own drafting
-   steps where there are some: ``budget_batch_prices``); the value is the batch's tokens left over T (plain
-   decoding: rho = 1, no drafting rows), in the same unit as goodput.
+   steps where there are some: ``budget_batch_prices``); the value is the batch's tokens
+   left over T (plain decoding: rho = 1, no drafting rows), in the same unit as goodput.
 
 With one request both reduce to the goodput rule (rho / cost). Whether a batch is closed is
 :class:`BatchWatch`'s call, from the request ids of each step alone; :class:`ClosedBatch` holds

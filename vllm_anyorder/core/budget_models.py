@@ -29,7 +29,7 @@ from typing import Callable
 YOUNG_SAMPLES = 3  # a cost bucket with fewer samples is young (its figure is not yet trusted)
 
 
-def _bucket(rows: int) -> int:
+def bucket_of(rows: int) -> int:
     """Exact up to 16 rows (where a CPU's cost curve bends), then four per doubling."""
     if rows <= 16:
         return max(1, rows)
@@ -37,12 +37,38 @@ def _bucket(rows: int) -> int:
 
 
 @dataclass
-class _Mean:
+class Bucket:
+    """One row-count bucket's measured steps."""
+
     rows: float
     seconds: float  # a low quantile of the samples
     samples: int
     step: int  # controller step of the last sample (staleness)
     typical: float  # their running mean (the loss guard's baseline: time as it passes)
+
+    def add(self, rows: int, seconds: float, step: int, down: float, up: float) -> None:
+        """One more step: the low quantile falls by ``down`` towards a faster sample and rises
+        by ``up`` towards a slower one (a young bucket takes its fastest sample outright)."""
+        weight = min(self.samples + 1, 20)
+        if self.samples < YOUNG_SAMPLES:
+            self.seconds = self.typical = min(self.seconds, seconds)
+        else:
+            w = down if seconds < self.seconds else up
+            self.seconds += w * (seconds - self.seconds)
+            self.typical += (seconds - self.typical) / weight
+        self.rows += (rows - self.rows) / weight
+        self.samples += 1
+        self.step = step
+
+
+def observe_bucket(table: dict[int, Bucket], rows: int, seconds: float, step: int,
+                   down: float, up: float) -> None:
+    """Add one step to its row count's bucket of ``table`` (a new bucket for a new count)."""
+    b = table.get(bucket_of(rows))
+    if b is None:
+        table[bucket_of(rows)] = Bucket(float(rows), float(seconds), 1, step, float(seconds))
+    else:
+        b.add(rows, seconds, step, down, up)
 
 
 class StepCost:
@@ -61,7 +87,7 @@ class StepCost:
         self.down, self.up = down, up
         # arm -> buckets; arm 0 (== False) plain, arm s >= 1 drafting with s drafter forwards
         # (arm 1 == True: every method whose drafting cost does not depend on depth)
-        self.tables: dict[int, dict[int, _Mean]] = {False: {}, True: {}}
+        self.tables: dict[int, dict[int, Bucket]] = {False: {}, True: {}}
         # derived, until a sample changes them: predict's curves (any sample: the drafting
         # arms' curves hold plain points) and each arm's points (a sample of that arm)
         self._curves: dict[int, list[tuple[float, float]]] = {}
@@ -70,23 +96,9 @@ class StepCost:
     def observe(self, rows: int, drafting: bool, seconds: float, step: int,
                 stage: int = 1) -> None:
         arm = _arm(drafting, stage)
-        table = self.tables.setdefault(arm, {})
-        mean = table.get(_bucket(rows))
         self._curves.clear()
         self._points.pop(arm, None)
-        if mean is None:
-            table[_bucket(rows)] = _Mean(float(rows), float(seconds), 1, step, float(seconds))
-            return
-        weight = min(mean.samples + 1, 20)
-        if mean.samples < YOUNG_SAMPLES:  # a young bucket takes its fastest sample outright
-            mean.seconds = mean.typical = min(mean.seconds, seconds)
-        else:
-            w = self.down if seconds < mean.seconds else self.up
-            mean.seconds += w * (seconds - mean.seconds)
-            mean.typical += (seconds - mean.typical) / weight
-        mean.rows += (rows - mean.rows) / weight
-        mean.samples += 1
-        mean.step = step
+        observe_bucket(self.tables.setdefault(arm, {}), rows, seconds, step, self.down, self.up)
 
     def points(self, drafting: bool, stage: int = 1) -> list[tuple[float, float]]:
         """(rows, seconds) of the measured buckets, by rows; seconds made non-decreasing.
@@ -113,28 +125,28 @@ class StepCost:
         return pts
 
     @staticmethod
-    def _measured_points(table: dict[int, _Mean],
+    def _measured_points(table: dict[int, Bucket],
                          plain: list[tuple[float, float]] | None = None
                          ) -> list[tuple[float, float]]:
-        mature = _monotone(sorted((m.rows, m.seconds) for m in table.values()
+        mature = monotone(sorted((m.rows, m.seconds) for m in table.values()
                                   if m.samples >= YOUNG_SAMPLES))
         if len(mature) < 2:
             if plain and len(plain) >= 2 and table:
                 over = max(0.0, min((m.seconds - _interpolate(plain, m.rows)
                                      for m in table.values() if m.samples >= YOUNG_SAMPLES),
                                     default=0.0))
-                return _monotone(sorted(
+                return monotone(sorted(
                     (m.rows, m.seconds if m.samples >= YOUNG_SAMPLES else
                      min(m.seconds, _interpolate(plain, m.rows) + over))
                     for m in table.values()))
-            return _monotone(sorted((m.rows, m.seconds) for m in table.values()))
-        return _monotone(sorted(
+            return monotone(sorted((m.rows, m.seconds) for m in table.values()))
+        return monotone(sorted(
             (m.rows, m.seconds if m.samples >= YOUNG_SAMPLES
              else min(m.seconds, _interpolate(mature, m.rows))) for m in table.values()))
 
-    def _at(self, rows: int, drafting: bool) -> list[_Mean]:
+    def _at(self, rows: int, drafting: bool) -> list[Bucket]:
         """This row count's bucket in every stage of the arm (plain: one)."""
-        b = _bucket(rows)
+        b = bucket_of(rows)
         return [t[b] for a, t in self.tables.items() if (a > 0) == bool(drafting) and b in t]
 
     def last_seen(self, rows: int, drafting: bool) -> int | None:
@@ -144,7 +156,7 @@ class StepCost:
     def typical(self, rows: int) -> float | None:
         """The running mean of plain steps at this row count's bucket; None until it is
         mature (``YOUNG_SAMPLES``)."""
-        mean = self.tables[False].get(_bucket(rows))
+        mean = self.tables[False].get(bucket_of(rows))
         return mean.typical if mean is not None and mean.samples >= YOUNG_SAMPLES else None
 
     def samples(self, rows: int, drafting: bool) -> int:
@@ -154,7 +166,7 @@ class StepCost:
     def measured(self, rows: int, drafting: bool, stage: int = 1) -> float | None:
         """This row count's own bucket's price (its low quantile) once it is mature; None
         before (a cheap look-up: no curve is built)."""
-        mean = self.tables.get(_arm(drafting, stage), {}).get(_bucket(rows))
+        mean = self.tables.get(_arm(drafting, stage), {}).get(bucket_of(rows))
         return mean.seconds if mean is not None and mean.samples >= YOUNG_SAMPLES else None
 
     def predict(self, rows: int, drafting: bool, stage: int = 1) -> float | None:
@@ -202,11 +214,11 @@ class StepCost:
             if near:
                 other = near[0][1]
                 shift = (arm - other) * self.stage_seconds()
-                pts = _monotone([(x, max(0.0, y + shift)) for x, y in self.points(True, other)])
+                pts = monotone([(x, max(0.0, y + shift)) for x, y in self.points(True, other)])
         own = pts
         if arm == 1 and plain:  # plain steps below the drafting range anchor its low end
             low = pts[0][0] if pts else float("inf")
-            pts = _monotone(sorted(pts + [p for p in plain if p[0] < low]))
+            pts = monotone(sorted(pts + [p for p in plain if p[0] < low]))
         slope = _tail_slope(own, plain)
         if pts and slope is not None:  # past the last bucket (_tail_slope)
             x, y = pts[-1]
@@ -271,7 +283,7 @@ def _secant(pts: list[tuple[float, float]], span: float) -> float | None:
     return (y1 - y0) / (x1 - x0) if x1 - x0 >= span else None
 
 
-def _monotone(pts: list[tuple[float, float]]) -> list[tuple[float, float]]:
+def monotone(pts: list[tuple[float, float]]) -> list[tuple[float, float]]:
     """More rows never cost less: each point's seconds become the least seconds measured at
     its row count or above. (Noise only ever slows a step, so a point above a larger row
     count's cost is the one that is wrong; a running maximum would spread it upwards.)"""

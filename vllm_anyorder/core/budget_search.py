@@ -55,6 +55,22 @@ class RowSearch:
         own = self.prices.price(batch, rows, stage, pooled) if self.prices else None
         return own if own is not None else pooled(rows)
 
+    def drain_prices(self, tables: Callable[[bool, int], list[float] | None]
+                     ) -> Callable[[int, int, int], float | None] | None:
+        """:meth:`drafting`'s own-batch part for a closed batch's drain, by (requests, rows,
+        depth): None where that batch size has no price of its own (the drain then reads
+        ``tables``, the cost model's curve as a table, whose rise also extends the prices)."""
+        if self.prices is None:
+            return None
+        price, stage = self.prices.price, self.stage
+
+        def own(requests: int, rows: int, depth: int) -> float | None:
+            def pooled(n: int) -> float | None:  # asked only past the batch size's points
+                table = tables(True, depth)
+                return table[n] if table is not None and n < len(table) else None
+            return price(requests, rows, stage(depth), pooled)
+        return own
+
     def goodput(self, batch: int, rows: int, gain: float, depth: int = 0) -> float | None:
         seconds = self.seconds(batch, rows, depth)
         return None if seconds is None else (batch + gain) / seconds

@@ -8,6 +8,7 @@ import random
 from vllm_anyorder.core.budget import BudgetController
 from vllm_anyorder.core.budget_settings import BudgetSettings
 from vllm_anyorder.core.budget_switch import MIN_SAMPLES, SwitchCost
+from tests.unit.core.test_budget import verify
 
 
 def test_no_excess_before_both_kinds_of_step_were_measured():
@@ -16,11 +17,11 @@ def test_no_excess_before_both_kinds_of_step_were_measured():
     for _ in range(MIN_SAMPLES):
         s.observe(True, 0.008, 0.008)
         assert s.observe(False, 0.007, 0.005) is True
-    assert s.excess(False) == 0.0  # no steady plain step yet
+    assert s.excess() == 0.0  # no steady plain step yet
     for _ in range(MIN_SAMPLES):
         s.observe(False, 0.0052, 0.005)
     # switched: 2 ms over the price; steady: 0 once and 0.2 ms three times (their mean)
-    assert abs(s.excess(False) - (0.002 - 0.00015)) < 1e-9
+    assert abs(s.excess() - (0.002 - 0.00015)) < 1e-9
 
 
 def test_unpriced_steps_are_not_counted_and_a_switch_still_changes_the_arm():
@@ -37,11 +38,10 @@ def test_a_switched_plain_step_is_learnt_without_its_excess_and_drafting_as_it_i
     for _ in range(MIN_SAMPLES):  # a drafting step, then a plain one 1 ms over its price
         s.observe(True, 0.008, 0.008)
         assert s.observe(False, 0.006, 0.005)
-    assert abs(s.excess(False) - 0.001) < 1e-9
+    assert abs(s.excess() - 0.001) < 1e-9
     assert abs(s.steady(False, 0.006, True) - 0.005) < 1e-9
     assert s.steady(False, 0.006, False) == 0.006
     assert s.steady(True, 0.009, True) == 0.009
-    assert s.round_trip() == s.excess(False)
 
 
 def flat(rows: int, drafting: bool) -> float:
@@ -66,14 +66,7 @@ def run(switch_cost: float, steps=1500, batch=16, seed=0, accept=lambda step: 0.
         seconds *= 1 + 0.05 * rng.random()
         trips += last and not drafting
         last = drafting
-        tokens = 0
-        for r, k in zip(ids, caps):
-            n = 0
-            while n < k and rng.random() < p:
-                n += 1
-            if k:
-                ctl.record_verified(r, k, n)
-            tokens += n + 1
+        tokens = verify(ctl, rng, ids, caps, [p] * batch)
         ctl.record_step(rows, drafting, seconds, batch, tokens)
         seconds_all, tokens_all = seconds_all + seconds, tokens_all + tokens
     return seconds_all / tokens_all, ctl, trips
@@ -87,7 +80,7 @@ def spells(step: int) -> float:
 def test_the_plain_price_stays_the_steady_one_where_switching_costs():
     _, ctl, trips = run(switch_cost=0.002, accept=spells)
     assert trips >= MIN_SAMPLES  # drafting left for plain, now and then: the excess measured
-    assert abs(ctl.switch.excess(False) - 0.002) < 0.0006
+    assert abs(ctl.switch.excess() - 0.002) < 0.0006
     # not dragged up by the switched steps (a plain step's low quantile, noise 0-5%)
     assert ctl.cost.predict(16, False) < flat(16, False) * 1.05
 
@@ -96,7 +89,7 @@ def test_switch_costs_do_not_change_what_a_free_switch_world_does():
     # without any switch cost the excess stays ~0 and the controller behaves as before:
     # drafting pays here (p = 0.6, 16 requests) and it drafts nearly every step
     per_token, ctl, _ = run(switch_cost=0.0)
-    assert ctl.switch.round_trip() < 0.0002
+    assert ctl.switch.excess() < 0.0002
     assert ctl.totals["steps_without_drafts"] < 0.1 * ctl.totals["steps"]
 
 
@@ -106,7 +99,7 @@ def stubbed(anchor_val: float, plain_val: float, excess: float) -> BudgetControl
     leaving drafting measured at ``excess`` seconds; no probe, books and trust wide open."""
     ctl = BudgetController(BudgetSettings(max_drafts=4))
     ctl.chosen, ctl.switch.last = 16, True
-    ctl.switch.excess = lambda drafting: 0.0 if drafting else excess
+    ctl.switch.excess = lambda: excess
     ctl.search.goodput = lambda batch, r, gain, depth=0: anchor_val if r else plain_val
     ctl.search.seconds = lambda batch, r, depth=0: 0.005
     ctl.search.best_open = lambda batch, prefix, depth, most, plain, need: (0, plain)
