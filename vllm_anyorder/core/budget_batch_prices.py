@@ -26,10 +26,10 @@ pooled curve's rise from there. Elsewhere the pooled curve prices it, as before.
 
 from __future__ import annotations
 
-import bisect
 from typing import Callable
 
-from .budget_models import YOUNG_SAMPLES, Bucket, monotone, observe_bucket
+from .budget_curves import Curve, interpolate, monotone
+from .budget_models import YOUNG_SAMPLES, Bucket, observe_bucket
 
 
 class BatchPrices:
@@ -38,7 +38,7 @@ class BatchPrices:
     def __init__(self, down: float = 0.5, up: float = 0.05) -> None:
         self.down, self.up = down, up
         self.points: dict[tuple[int, int], dict[int, Bucket]] = {}  # (batch, stage) -> buckets
-        self._lines: dict[tuple[int, int], tuple[list[float], list[float], float]] = {}
+        self._lines: dict[tuple[int, int], tuple[Curve, float]] = {}  # -> (points, secant)
 
     def observe(self, batch: int, rows: int, seconds: float, stage: int = 1) -> None:
         """One drafting step of ``batch`` requests and ``rows`` rows that took ``seconds``."""
@@ -51,38 +51,36 @@ class BatchPrices:
         """Seconds of a drafting step of ``batch`` requests and ``rows`` rows from this batch
         size's own points; None where it has no mature one (``pooled(rows)``: the pooled
         curve, for rows past its points)."""
-        xs, ys, slope = self._line((batch, stage))
-        if not xs:
+        pts, slope = self._line((batch, stage))
+        if not pts:
             return None
-        if rows <= xs[0]:
-            if len(xs) == 1:
+        (x0, y0), (x1, y1) = pts[0], pts[-1]
+        if rows <= x0:
+            if len(pts) == 1:
                 slope = self._least_slope()
-            return max(0.0, ys[0] - slope * (xs[0] - rows))
-        if rows >= xs[-1]:
-            here, there = pooled(rows), pooled(int(round(xs[-1])))
+            return max(0.0, y0 - slope * (x0 - rows))
+        if rows >= x1:
+            here, there = pooled(rows), pooled(int(round(x1)))
             rise = here - there if here is not None and there is not None else 0.0
-            return ys[-1] + max(0.0, rise)
-        i = bisect.bisect_left(xs, rows)
-        x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
-        return y0 + (y1 - y0) * (rows - x0) / max(x1 - x0, 1e-9)
+            return y1 + max(0.0, rise)
+        return interpolate(pts, rows)  # between its points: the line
 
-    def _line(self, key: tuple[int, int]) -> tuple[list[float], list[float], float]:
-        """The mature points, made non-decreasing (``budget_models.monotone``), and their
+    def _line(self, key: tuple[int, int]) -> tuple[Curve, float]:
+        """The mature points, made non-decreasing (``budget_curves.monotone``), and their
         secant slope (0 with one point); built once until a step changes them."""
         line = self._lines.get(key)
         if line is not None:
             return line
         pts = monotone(sorted((b.rows, b.seconds) for b in self.points.get(key, {}).values()
                               if b.samples >= YOUNG_SAMPLES))
-        xs, ys = [x for x, _ in pts], [y for _, y in pts]
-        slope = (ys[-1] - ys[0]) / (xs[-1] - xs[0]) if len(xs) > 1 else 0.0
-        line = self._lines[key] = (xs, ys, slope)
+        slope = (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0]) if len(pts) > 1 else 0.0
+        line = self._lines[key] = (pts, slope)
         return line
 
     def _least_slope(self) -> float:
         """The least per-row secant of the batch sizes with two points or more (0: none)."""
         lines = [self._line(key) for key in self.points]
-        return max(0.0, min((s for xs, _, s in lines if len(xs) > 1), default=0.0))
+        return max(0.0, min((s for pts, s in lines if len(pts) > 1), default=0.0))
 
     def state(self) -> list:
         return sorted((list(k), sorted((n, round(b.rows, 6), round(b.seconds, 9), b.samples)

@@ -20,10 +20,11 @@ hand-set constant of the machine.
 
 from __future__ import annotations
 
-import bisect
 import math
 from dataclasses import dataclass
 from typing import Callable
+
+from .budget_curves import interpolate, monotone, price_table, secant
 
 
 YOUNG_SAMPLES = 3  # a cost bucket with fewer samples is young (its figure is not yet trusted)
@@ -132,17 +133,17 @@ class StepCost:
                                   if m.samples >= YOUNG_SAMPLES))
         if len(mature) < 2:
             if plain and len(plain) >= 2 and table:
-                over = max(0.0, min((m.seconds - _interpolate(plain, m.rows)
+                over = max(0.0, min((m.seconds - interpolate(plain, m.rows)
                                      for m in table.values() if m.samples >= YOUNG_SAMPLES),
                                     default=0.0))
                 return monotone(sorted(
                     (m.rows, m.seconds if m.samples >= YOUNG_SAMPLES else
-                     min(m.seconds, _interpolate(plain, m.rows) + over))
+                     min(m.seconds, interpolate(plain, m.rows) + over))
                     for m in table.values()))
             return monotone(sorted((m.rows, m.seconds) for m in table.values()))
         return monotone(sorted(
             (m.rows, m.seconds if m.samples >= YOUNG_SAMPLES
-             else min(m.seconds, _interpolate(mature, m.rows))) for m in table.values()))
+             else min(m.seconds, interpolate(mature, m.rows))) for m in table.values()))
 
     def _at(self, rows: int, drafting: bool) -> list[Bucket]:
         """This row count's bucket in every stage of the arm (plain: one)."""
@@ -176,13 +177,13 @@ class StepCost:
         drafting arm's curve; an unmeasured stage, the nearest measured stage's curve shifted
         by the stages between times :meth:`stage_seconds`."""
         pts = self._cached_curve(_arm(drafting, stage))
-        return _interpolate(pts, float(rows)) if pts else None
+        return interpolate(pts, float(rows)) if pts else None
 
     def table(self, drafting: bool, stage: int, upto: int) -> list[float] | None:
         """:meth:`predict` for every row count 0..upto in one walk (the closed-batch drain
         prices dozens of counts a step)."""
         pts = self._cached_curve(_arm(drafting, stage))
-        return _table(pts, upto) if pts else None
+        return price_table(pts, upto) if pts else None
 
     def price_tables(self, upto: int,
                      stage: Callable[[int], int]) -> Callable[[bool, int], list[float] | None]:
@@ -236,10 +237,10 @@ class StepCost:
         if deeper:
             arm = max(deeper)
             x, y = self.points(True, arm)[0]
-            return max(0.0, (y - _interpolate(one, x)) / (arm - 1))
+            return max(0.0, (y - interpolate(one, x)) / (arm - 1))
         plain = self.points(False)
         x, y = one[0]
-        return max(0.0, y - _interpolate(plain, x)) if plain else 0.0
+        return max(0.0, y - interpolate(plain, x)) if plain else 0.0
 
     def slope(self, drafting: bool = True) -> float:
         """Seconds per extra row over the measured range (0 with fewer than two buckets)."""
@@ -265,62 +266,8 @@ def _tail_slope(own: list[tuple[float, float]],
     their noise: (3 rows, 6.3 ms) and (4 rows, 14.6 ms), each measured three times in a
     warm-up at batch 2, extrapolated at 8.3 ms a row, priced 16 rows at 122 ms, and an
     engine ran 1,000 steps at batch 8 without a draft (issue 22)."""
-    slopes = [s for s in (_secant(own, _SPAN), _secant(plain, 1.0)) if s is not None]
+    slopes = [s for s in (secant(own, _SPAN), secant(plain, 1.0)) if s is not None]
     return max(slopes) if slopes else None
 
 
 _SPAN = 4.0  # rows a drafting arm's buckets must span before their own slope is trusted
-
-
-def _secant(pts: list[tuple[float, float]], span: float) -> float | None:
-    """Slope from the point at or below half the last row count (else the first) to the last
-    one, where they are at least ``span`` rows apart."""
-    if len(pts) < 2:
-        return None
-    x1, y1 = pts[-1]
-    below = [p for p in pts[:-1] if p[0] <= x1 / 2]
-    x0, y0 = below[-1] if below else pts[0]
-    return (y1 - y0) / (x1 - x0) if x1 - x0 >= span else None
-
-
-def monotone(pts: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """More rows never cost less: each point's seconds become the least seconds measured at
-    its row count or above. (Noise only ever slows a step, so a point above a larger row
-    count's cost is the one that is wrong; a running maximum would spread it upwards.)"""
-    out, low = [], float("inf")
-    for x, y in reversed(pts):
-        low = min(low, y)
-        out.append((x, low))
-    return out[::-1]
-
-
-def _table(pts: list[tuple[float, float]], upto: int) -> list[float]:
-    """:func:`_interpolate` at x = 0..upto, segment by segment (the same arithmetic, so the
-    same floats): flat up to the first point, then each segment's line over the counts in
-    (x0, x1], the last segment's beyond."""
-    first = math.floor(pts[0][0]) if pts[0][0] < upto else upto
-    out = [pts[0][1]] * (max(first, -1) + 1)  # x <= the first point
-    last, x = len(pts) - 1, len(out)
-    if last == 0:
-        return out + [pts[0][1]] * (upto + 1 - x)
-    for i in range(1, last + 1):
-        if x > upto:
-            break
-        (x0, y0), (x1, y1) = pts[i - 1], pts[i]
-        hi = upto if i == last or x1 >= upto else math.floor(x1)
-        if hi < x:
-            continue
-        dy, span = y1 - y0, max(x1 - x0, 1e-9)
-        out += [y0 + dy * (v - x0) / span for v in range(x, hi + 1)]
-        x = hi + 1
-    return out
-
-
-def _interpolate(pts: list[tuple[float, float]], x: float) -> float:
-    """Piecewise-linear through ``pts`` (sorted, y non-decreasing); flat below the first point,
-    the last segment's slope beyond the last (flat with a single point)."""
-    if x <= pts[0][0] or len(pts) == 1:
-        return pts[0][1] if x <= pts[0][0] else pts[-1][1]
-    i = min(bisect.bisect_left(pts, (x, float("-inf"))), len(pts) - 1)  # first x_i >= x
-    (x0, y0), (x1, y1) = pts[i - 1], pts[i]
-    return y0 + (y1 - y0) * (x - x0) / max(x1 - x0, 1e-9)  # beyond the last: its slope

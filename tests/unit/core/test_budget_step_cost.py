@@ -98,10 +98,11 @@ def test_cached_cost_points_follow_every_sample():
 
 
 def test_the_price_table_is_the_interpolation_at_every_count_to_the_last_bit():
-    """``_table`` walks segment by segment; every count must get exactly the float
-    ``_interpolate`` gives it (decisions compare these prices), repeated and fractional
+    """``price_table`` walks segment by segment; every count must get exactly the float
+    ``interpolate`` gives it (decisions compare these prices), repeated and fractional
     bucket rows, a single point and the far tail point included."""
-    from vllm_anyorder.core.budget_models import _FAR, _interpolate, _table
+    from vllm_anyorder.core.budget_curves import interpolate, price_table
+    from vllm_anyorder.core.budget_models import _FAR
     rng = random.Random(3)
     for _ in range(2000):
         xs = sorted(rng.choice([rng.uniform(0.5, 90.0), float(rng.randint(1, 90))])
@@ -112,4 +113,4 @@ def test_the_price_table_is_the_interpolation_at_every_count_to_the_last_bit():
             xs.append(xs[-1] + _FAR)
         pts = list(zip(xs, sorted(rng.uniform(0.001, 0.05) for _ in xs)))
         upto = rng.randint(0, 140)
-        assert _table(pts, upto) == [_interpolate(pts, float(x)) for x in range(upto + 1)]
+        assert price_table(pts, upto) == [interpolate(pts, float(x)) for x in range(upto + 1)]
