@@ -137,3 +137,16 @@ def test_a_step_is_recorded_with_its_deepest_chain(clock):
     step(b, clock, ["a", "b"], [[1, 2], [1]], [3, 1], [8, 8], 0.01)
     step(b, clock, ["a", "b"], [[1], [1]], [0, 0], [8, 8], 0.01)
     assert recorded == [(2 + 4, True, 3), (2, False, 0)]
+
+
+def test_the_trace_directory_is_made_and_steps_are_written(clock, tmp_path, monkeypatch):
+    """``VLLM_ANYORDER_BUDGET_TRACE`` naming a directory not made yet used to fail the
+    proposer's constructor, and with it the engine's start."""
+    trace_dir = tmp_path / "not" / "yet"
+    monkeypatch.setenv(budget_module.TRACE_ENV, str(trace_dir))
+    b = StepBudget("auto", 4)
+    caps = step(b, clock, ["a"], [[1]], None, [4], 0.010)
+    step(b, clock, ["a"], [[1, 2]], [caps[0]], [4], 0.020)
+    b._trace.flush()
+    lines = [line for f in trace_dir.iterdir() for line in f.read_text().splitlines()]
+    assert len(lines) >= 1 and '"rows"' in lines[0]
