@@ -28,18 +28,14 @@ def monotone(pts: Curve) -> Curve:
     return out[::-1]
 
 
-def _on_line(x0: float, y0: float, x1: float, y1: float, x: float) -> float:
-    """The segment (x0, y0)-(x1, y1)'s line at ``x`` (the one formula both walks use)."""
-    return y0 + (y1 - y0) * (x - x0) / max(x1 - x0, 1e-9)
-
-
 def interpolate(pts: Curve, x: float) -> float:
     """Piecewise-linear through ``pts``; flat below the first point, the last segment's slope
     beyond the last (flat with a single point)."""
     if x <= pts[0][0] or len(pts) == 1:
         return pts[0][1] if x <= pts[0][0] else pts[-1][1]
     i = min(bisect.bisect_left(pts, (x, float("-inf"))), len(pts) - 1)  # first x_i >= x
-    return _on_line(*pts[i - 1], *pts[i], x)  # beyond the last: its slope
+    (x0, y0), (x1, y1) = pts[i - 1], pts[i]
+    return y0 + (y1 - y0) * (x - x0) / max(x1 - x0, 1e-9)  # beyond the last: its slope
 
 
 def price_table(pts: Curve, upto: int) -> list[float]:
@@ -58,7 +54,7 @@ def price_table(pts: Curve, upto: int) -> list[float]:
         hi = upto if i == last or x1 >= upto else math.floor(x1)
         if hi < x:
             continue
-        dy, span = y1 - y0, max(x1 - x0, 1e-9)  # _on_line's arithmetic, inlined (hot)
+        dy, span = y1 - y0, max(x1 - x0, 1e-9)  # interpolate's arithmetic, term for term
         out += [y0 + dy * (v - x0) / span for v in range(x, hi + 1)]
         x = hi + 1
     return out

@@ -78,10 +78,10 @@ class StepBudget:
         self._snapshot = snapshot_path if rank == 0 else None
         self._snapshot_at = 0.0
         trace_dir = os.environ.get(TRACE_ENV)
+        self._trace = None
         if trace_dir:  # a directory not there yet is made (a missing one failed the engine)
             os.makedirs(trace_dir, exist_ok=True)
-        self._trace = open(os.path.join(trace_dir, f"trace-{os.getpid()}.jsonl"), "a") \
-            if trace_dir else None
+            self._trace = open(os.path.join(trace_dir, f"trace-{os.getpid()}.jsonl"), "a")
 
     @property
     def mode(self) -> str:
