@@ -20,6 +20,13 @@ would); while another mode runs it learns nothing. A pass = ``--prompts`` submit
         --method assd --batch 8 16 --modes auto cycle:1 cycle:2 cycle:3 [--temperature 0.8]
 
 ``--method ssd|freedave``: N / d = 4 on ``models/llada-dllm``, against ``stepwise``.
+
+``--interleave``: within a round, every mode runs each closed batch of the pass in turn (the
+mode switched between batches, not between passes), so all modes are timed on the same
+prompts within a second of each other. On a VM whose speed drifts 10-30% between passes
+(2026-12-01, 2-core Xeon: one mode's passes 3.0-4.5 s in one run) pass-level ratios
+measure the drift; batch-level interleaving cancels it (a mode's round time is the sum of
+its batches). Rotated per batch; ``auto`` learns only in its own batches, as before.
 """
 
 from __future__ import annotations
@@ -88,8 +95,50 @@ def _pass(llm, prompts, params, batch: int, spec: bool) -> dict:
     return out
 
 
+def _counters(llm, spec: bool) -> dict:
+    return budget_totals(llm) if spec else {}
+
+
+def _interleaved_round(engines: dict, names: list[str], prompts, params, batch: int,
+                       r: int) -> dict[str, dict]:
+    """One round with the modes interleaved by closed batch: for each batch of ``batch``
+    prompts, every mode in turn (rotated by batch and round); per mode, the sum of its batch
+    times, its outputs and its budget counters' growth (the shape ``_pass`` gives)."""
+    spent = {n: 0.0 for n in names}
+    outputs: dict[str, list] = {n: [] for n in names}
+    grown: dict[str, dict] = {n: {} for n in names}
+    time.sleep(0.3)
+    for j, start in enumerate(range(0, len(prompts), batch)):
+        chunk = prompts[start:start + batch]
+        k = (r + j) % len(names)
+        for name in names[k:] + names[:k]:
+            spec = name != NO_SPEC
+            llm = engines[spec]
+            if spec:
+                llm.collective_rpc(functools.partial(_set_mode, mode=name))
+            before = _counters(llm, spec)
+            t0 = time.perf_counter()
+            outs = llm.generate(chunk, params, use_tqdm=False)
+            spent[name] += time.perf_counter() - t0
+            outputs[name] += [list(o.outputs[0].token_ids) for o in outs]
+            for key, v in _counters(llm, spec).items():
+                grown[name][key] = grown[name].get(key, 0) + v - before.get(key, 0)
+    out = {}
+    for name in names:
+        d = dict(seconds=spent[name], outputs=outputs[name], load=round(os.getloadavg()[0], 2))
+        if name != NO_SPEC:
+            g = grown[name]
+            steps = max(1, g["steps"])
+            d["budget"] = dict(steps=g["steps"], plain_share=g["steps_without_drafts"] / steps,
+                               drafts_per_step=g["drafted"] / steps, probes=g["probes"],
+                               accepted_share=g["accepted"] / g["drafted"] if g["drafted"]
+                               else None)
+        out[name] = d
+    return out
+
+
 def measure(method: str, modes: list[str], batches: list[int], prompts: list, params,
-            repeats: int) -> list[dict]:
+            repeats: int, interleave: bool = False) -> list[dict]:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     target = _target(method)
     row = _row(method)
@@ -102,6 +151,11 @@ def measure(method: str, modes: list[str], batches: list[int], prompts: list, pa
     for b in batches:
         runs: dict[str, list[dict]] = {n: [] for n in names}
         for r in range(repeats):
+            if interleave:
+                for name, d in _interleaved_round({False: plain, True: spec}, names, prompts,
+                                                  params, b, r).items():
+                    runs[name].append(d)
+                continue
             for name in names[r % len(names):] + names[:r % len(names)]:
                 if name != NO_SPEC:
                     spec.collective_rpc(functools.partial(_set_mode, mode=name))
@@ -115,6 +169,8 @@ def measure(method: str, modes: list[str], batches: list[int], prompts: list, pa
                 vs_nospec=statistics.median(f["seconds"] / m["seconds"] for m, f in zip(mine, ref)),
                 vs_auto=statistics.median(a["seconds"] / m["seconds"]
                                           for m, a in zip(mine, runs.get("auto", mine))),
+                vs_auto_rounds=[round(a["seconds"] / m["seconds"], 3)
+                                for m, a in zip(mine, runs.get("auto", mine))],
                 exact=min(sum(x == y for x, y in zip(m["outputs"], ref[0]["outputs"]))
                           / len(prompts) for m in mine),
                 repetition_4gram=repetition_share(mine[0]["outputs"]),
@@ -136,21 +192,25 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--interleave", action="store_true",
+                    help="switch modes between closed batches, not passes (cancels drift)")
     args = ap.parse_args()
     from vllm import SamplingParams
 
     params = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens,
                             ignore_eos=True, seed=0 if args.temperature else None)
     rows = measure(args.method, args.modes, args.batch, load_prompts(args.prompts), params,
-                   args.repeats)
+                   args.repeats, args.interleave)
     sampling = f"T={args.temperature}" if args.temperature else "greedy"
     print(f"\nmachine: {machine()}; {args.method} on {_target(args.method).name}, "
           f"{args.prompts} prompts x {args.max_tokens} tokens, {sampling}, {args.repeats} rounds; "
-          f"one engine, its budget mode switched between passes")
+          f"one engine, its budget mode switched between "
+          f"{'closed batches (interleaved)' if args.interleave else 'passes'}")
     print(f"{'mode':<10}{'batch':>6}{'vs no-spec':>12}{'vs auto':>9}{'exact':>7}{'repeated':>10}")
     for r in rows:
         print(f"{r['mode']:<10}{r['batch']:>6}{r['vs_nospec']:>11.2f}x{r['vs_auto']:>8.2f}x"
-              f"{r['exact']:>7.0%}{r['repetition_4gram']:>10.0%}")
+              f"{r['exact']:>7.0%}{r['repetition_4gram']:>10.0%}   vs auto by round: "
+              + " ".join(f"{x:.2f}" for x in r["vs_auto_rounds"]))
     for r in rows:
         per = [x for x in r["budget"] if x]
         if per:
@@ -170,6 +230,7 @@ def main() -> None:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = REPO / "benchmarks" / "results" / f"switch-{args.method}-{stamp}.json"
     path.write_text(json.dumps(dict(machine=machine_info(), sampling=sampling, rows=rows,
+                                    interleaved=args.interleave,
                                     harness=__doc__.split("\n\n")[1]), indent=1))
     print(f"wrote {path.relative_to(REPO)}")
 
