@@ -83,14 +83,15 @@ class Acceptance:
             counts[1] = counts[1] * (1.0 - self.decay) + 1.0
             own[j][0] = own[j][0] * keep + hit
             own[j][1] = own[j][1] * keep + 1.0
-        # positions past the cut were not judged, but a step of evidence passed for them too:
-        # their counts fade (as in :meth:`relax`). Kept whole, a burst's deep counts outlived
+        # positions past a rejection were not judged, but a step of evidence passed for them
+        # too: their counts fade (as in :meth:`relax`). Kept whole, a burst's deep counts outlived
         # it: after a loop broke at position 1, positions 2..16 kept the loop's hits, every
         # row was priced at the first position's rate, and the chains stayed 12-21 drafts deep
         # for 2.2 accepted (jacobi, a closed batch's tail, issue 22)
-        for counts in own[judged:had]:
-            counts[0] *= keep
-            counts[1] *= keep
+        if accepted < drafted:  # a rejection cut it (not the caller's counting rule)
+            for counts in own[judged:had]:
+                counts[0] *= keep
+                counts[1] *= keep
 
     def engine_rates(self, age: int = SETTLED) -> list[float]:
         """Engine-wide rate per position; a position seldom tried leans on the one before it
