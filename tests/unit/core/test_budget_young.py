@@ -98,7 +98,8 @@ def test_a_new_batch_drafts_again_once_its_requests_settle():
     the rate every request is priced by down, and the batch ran plain for most of its steps
     (no drafts, no evidence that acceptance had risen); kept apart, drafting resumes as the
     requests settle."""
-    apart, plain_apart = run(young_steps=8)
-    pooled, plain_pooled = run(young_steps=0)
+    seeds = (0, 1, 2)  # summed: one seed's ratio moves by +-0.02 with any change of rule
+    apart, plain_apart = (sum(x) for x in zip(*(run(young_steps=8, seed=s) for s in seeds)))
+    pooled, plain_pooled = (sum(x) for x in zip(*(run(young_steps=0, seed=s) for s in seeds)))
     assert plain_apart < 0.5 * plain_pooled
     assert apart < 0.95 * pooled
