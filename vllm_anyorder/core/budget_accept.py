@@ -70,10 +70,8 @@ class Acceptance:
         engine = self.engine[age]
         own = self.requests.setdefault(req_id, [[0.0, 0.0] for _ in range(self.n)])
         judged = min(drafted, accepted + 1)  # positions this chain had judged
-        had = self._judged.get(req_id, 0)  # positions with counts before this chain
-        if judged > had:
+        if judged > self._judged.get(req_id, 0):
             self._judged[req_id] = judged
-        keep = 1.0 - self.request_decay  # a request's own rate follows its recent steps
         for j in range(drafted):
             if j > accepted:  # never judged: the chain was cut at position accepted + 1
                 break
@@ -81,17 +79,9 @@ class Acceptance:
             counts = engine[j]  # exponentially forgotten: the last ~1/decay trials
             counts[0] = counts[0] * (1.0 - self.decay) + hit
             counts[1] = counts[1] * (1.0 - self.decay) + 1.0
+            keep = 1.0 - self.request_decay  # a request's own rate follows its recent steps
             own[j][0] = own[j][0] * keep + hit
             own[j][1] = own[j][1] * keep + 1.0
-        # positions past a rejection were not judged, but a step of evidence passed for them
-        # too: their counts fade (as in :meth:`relax`). Kept whole, a burst's deep counts outlived
-        # it: after a loop broke at position 1, positions 2..16 kept the loop's hits, every
-        # row was priced at the first position's rate, and the chains stayed 12-21 drafts deep
-        # for 2.2 accepted (jacobi, a closed batch's tail, issue 22)
-        if accepted < drafted:  # a rejection cut it (not the caller's counting rule)
-            for counts in own[judged:had]:
-                counts[0] *= keep
-                counts[1] *= keep
 
     def engine_rates(self, age: int = SETTLED) -> list[float]:
         """Engine-wide rate per position; a position seldom tried leans on the one before it
