@@ -37,3 +37,41 @@ def test_the_controller_overhead_simulation_runs_closed_batches_through():
     # finished must leave, or remaining() would hand the controller a zero)
     assert controller_us(4, 0.7, steps=64, closed=8) > 0
     assert controller_us(4, 0.0, steps=64) > 0
+
+
+def test_bench_switch_interleaves_the_modes_by_closed_batch():
+    """``--interleave``: every batch of the pass runs once per mode, the mode switched before
+    it; a mode's time, outputs (in prompt order) and budget counters are its batches' sums."""
+    import benchmarks.bench_switch as bs
+    from types import SimpleNamespace
+
+    calls: list[tuple[str, list[str]]] = []
+
+    class Engine:
+        def __init__(self, spec: bool):
+            self.spec, self.mode = spec, "auto"
+            self.totals = dict(steps=0, steps_without_drafts=0, drafted=0, accepted=0, probes=0)
+
+        def collective_rpc(self, fn):  # the two calls bench_switch makes on a worker
+            if getattr(fn, "func", None) is bs._set_mode:
+                self.mode = fn.keywords["mode"]
+                return [self.mode]
+            assert fn is bs._totals
+            return [dict(self.totals)]
+
+        def generate(self, chunk, params, use_tqdm=False):
+            calls.append((self.mode if self.spec else bs.NO_SPEC, list(chunk)))
+            self.totals["steps"] += 10
+            self.totals["drafted"] += 4 if self.mode == "cycle:4" else 0
+            return [SimpleNamespace(outputs=[SimpleNamespace(token_ids=[len(p)])]) for p in chunk]
+
+    out = bs._interleaved_round({False: Engine(False), True: Engine(True)},
+                                [bs.NO_SPEC, "auto", "cycle:4"], ["a", "bb", "ccc"], None, 2, 1)
+    # two batches (2 prompts, then 1), each run by every mode, rotated by batch and round
+    assert [m for m, _ in calls] == ["auto", "cycle:4", bs.NO_SPEC, "cycle:4", bs.NO_SPEC, "auto"]
+    assert {tuple(c) for _, c in calls} == {("a", "bb"), ("ccc",)}
+    for mode in (bs.NO_SPEC, "auto", "cycle:4"):
+        assert out[mode]["outputs"] == [[1], [2], [3]] and out[mode]["seconds"] >= 0
+    assert out["cycle:4"]["budget"]["steps"] == 20
+    assert out["cycle:4"]["budget"]["drafts_per_step"] == 8 / 20
+    assert out["auto"]["budget"]["drafts_per_step"] == 0 and "budget" not in out[bs.NO_SPEC]
