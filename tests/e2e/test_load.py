@@ -41,11 +41,12 @@ def report(cyclic_llama, cyclic_drafter, tmp_path_factory):
               "dllm": str(build_tiny_dllm(work / "dream", "dream", seed=2)),
               "prompts": str(work / "prompts.json")}
     methods = sorted(load_test.rows(models))
-    # float32 whatever the CPU: on a 2-core Xeon with AMX (2026-12-01) the bf16 reference
-    # server of the tiny Dream (stepwise, no drafting) lost its worker to a native crash
-    # (exit -4, SIGILL) in its first sampled request, with either attention implementation;
-    # in float32 every server held up. Not root-caused yet (issue 22 note): this test is
-    # about holding up under load, and bf16 is what fails, not the load
+    # float32 whatever the CPU: on a 2-core Xeon with AMX (2026-12-01), in bf16, servers of
+    # these tiny models (head size 32) lost their worker to SIGILL inside vLLM's
+    # cpu_attention_with_kv_cache on its AMX path: the tiny Dream's (stepwise, the plugin's
+    # dLLM backend) and, with that backend moved off AMX, the cyclic Llama's under jacobi
+    # (vLLM's own attention backend). In float32 every server held up; the committed models
+    # (head size 64) ran bf16 there. This test is about holding up under load, not bf16
     return load_test.run_all(methods, models, load_test.SIZES["small"], work,
                              max_model_len=512, kv_tokens=768, max_num_seqs=8,
                              dtype="float32")["methods"]
