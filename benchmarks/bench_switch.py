@@ -87,12 +87,17 @@ def _pass(llm, prompts, params, batch: int, spec: bool) -> dict:
     p = timed_pass(llm, prompts, params, batch, budget_totals if spec else None)
     out = dict(seconds=p.run.seconds, outputs=p.run.outputs, load=round(os.getloadavg()[0], 2))
     if spec:
-        d = p.counters
-        steps = max(1, d["steps"])
-        out["budget"] = dict(steps=d["steps"], plain_share=d["steps_without_drafts"] / steps,
-                             drafts_per_step=d["drafted"] / steps, probes=d["probes"],
-                             accepted_share=d["accepted"] / d["drafted"] if d["drafted"] else None)
+        out["budget"] = _budget_summary(p.counters)
     return out
+
+
+def _budget_summary(d: dict) -> dict:
+    """What the budget did over a pass, from its counters' growth ``d``: engine steps, the
+    share that drafted nothing, draft rows per step, and the share of drafts accepted."""
+    steps = max(1, d["steps"])
+    return dict(steps=d["steps"], plain_share=d["steps_without_drafts"] / steps,
+                drafts_per_step=d["drafted"] / steps, probes=d["probes"],
+                accepted_share=d["accepted"] / d["drafted"] if d["drafted"] else None)
 
 
 def _counters(llm, spec: bool) -> dict:
@@ -127,12 +132,7 @@ def _interleaved_round(engines: dict, names: list[str], prompts, params, batch: 
     for name in names:
         d = dict(seconds=spent[name], outputs=outputs[name], load=round(os.getloadavg()[0], 2))
         if name != NO_SPEC:
-            g = grown[name]
-            steps = max(1, g["steps"])
-            d["budget"] = dict(steps=g["steps"], plain_share=g["steps_without_drafts"] / steps,
-                               drafts_per_step=g["drafted"] / steps, probes=g["probes"],
-                               accepted_share=g["accepted"] / g["drafted"] if g["drafted"]
-                               else None)
+            d["budget"] = _budget_summary(grown[name])
         out[name] = d
     return out
 
