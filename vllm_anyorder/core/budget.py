@@ -66,6 +66,11 @@ from .budget_settings import BudgetSettings, Decision, KeptDecision, parse_mode
 from .budget_switch import SwitchCost
 
 MIN_GAIN = 1e-3  # rows expected to add fewer accepted drafts than this are never worth one
+# a step that took more than this many times its row count's measured price stalled (the VM,
+# the OS, a collector), and counts as this many times that price: one drafting step of 614 ms
+# among 5-6 ms steps (a 2-core VM) charged the books half their horizon, and the batch ran 630
+# steps plain at 0.79 of cycle:4 (issue 22)
+STALL = 4.0
 
 
 class BudgetController:
@@ -96,7 +101,7 @@ class BudgetController:
         self.last = Decision()
         self.explore = Explorer(settings, self.cost)  # probes (budget_probes)
         self.totals = {"steps": 0, "steps_without_drafts": 0, "drafted": 0, "accepted": 0,
-                       "probes": 0, "guarded": 0}
+                       "probes": 0, "guarded": 0, "stalls": 0}
 
     @property
     def stages(self) -> Callable[[int], int] | None:
@@ -115,6 +120,10 @@ class BudgetController:
         ``tokens`` it committed over ``batch`` requests, where the caller counts them;
         ``depth``: its deepest chain (for ``stages``)."""
         if seconds > 0:
+            usual = self.cost.measured(rows, drafting, self.search.stage(depth))
+            if usual is not None and seconds > STALL * usual:
+                seconds = STALL * usual
+                self.totals["stalls"] += 1
             # the first drafting step at a row count builds its kernels (16-33 ms against
             # 6-9 ms after, issue 22): the books charge it what the model predicted for it,
             # what they agreed to risk, or one such step kept a fresh server's batch plain for
