@@ -120,7 +120,8 @@ class BudgetController:
         ``tokens`` it committed over ``batch`` requests, where the caller counts them;
         ``depth``: its deepest chain (for ``stages``)."""
         if seconds > 0:
-            usual = self.cost.measured(rows, drafting, self.search.stage(depth))
+            stage = self.search.stage(depth)
+            usual = self.cost.measured(rows, drafting, stage)  # its bucket's price, if mature
             if usual is not None and seconds > STALL * usual:
                 seconds = STALL * usual
                 self.totals["stalls"] += 1
@@ -128,15 +129,14 @@ class BudgetController:
             # 6-9 ms after, issue 22): the books charge it what the model predicted for it,
             # what they agreed to risk, or one such step kept a fresh server's batch plain for
             # hundreds of steps (the next steps at that count are charged in full)
-            charged, stage = seconds, self.search.stage(depth)
+            charged = seconds
             if drafting and rows not in self._shapes:
                 self._shapes.add(rows)
                 predicted = self.cost.predict(rows, True, stage)
                 charged = min(seconds, predicted) if predicted else seconds
             # the cost model learns an arm's steady price: a step that changed arm, with
             # what changing arm costs taken off (budget_switch; priced by its own bucket)
-            switched = self.switch.observe(drafting, seconds,
-                                           self.cost.measured(rows, drafting, stage))
+            switched = self.switch.observe(drafting, seconds, usual)
             self.cost.observe(rows, drafting, self.switch.steady(drafting, seconds, switched),
                               self.decisions, stage)
             self.measured += 1

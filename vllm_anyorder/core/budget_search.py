@@ -80,22 +80,13 @@ class RowSearch:
         """Whether some row count up to ``most`` predicts at least ``need`` tokens per second
         at this batch size (the goodput rule's search, used as a closed batch's gate; it stops
         at the first such count: searching on for the best was a fifth of a closed decision)."""
-        ceiling = batch + prefix[most]
-        for r in candidates(most):
-            seconds = self.seconds(batch, r, depth[r])
-            if seconds is None:
-                continue
-            if self.stages is None and ceiling / seconds < need:
-                return False  # no more rows can: gains at most ``ceiling``, cost never falls
-            if (batch + prefix[r]) / seconds >= need:
-                return True
-        return False
+        return self.best_open(batch, prefix, depth, most, 0.0, need, first=True)[0] > 0
 
     def best_open(self, batch: int, prefix: list[float], depth: list[int], most: int,
-                  plain: float, need: float) -> tuple[int, float]:
+                  plain: float, need: float, first: bool = False) -> tuple[int, float]:
         """The goodput rule: the row count up to ``most`` with the most predicted tokens per
         second (``batch + prefix[r]`` over the step's predicted seconds), if that is at least
-        ``need`` and above ``plain``; else (0, plain)."""
+        ``need`` and above ``plain``; else (0, plain). ``first``: the first such count."""
         best, best_val, ceiling = 0, plain, batch + prefix[most]
         for r in candidates(most):
             seconds = self.seconds(batch, r, depth[r])
@@ -106,6 +97,8 @@ class RowSearch:
             val = (batch + prefix[r]) / seconds
             if val > best_val * (1 + 1e-9) and val >= need:
                 best, best_val = r, val
+                if first:
+                    break
         return best, best_val
 
     def best_drain(self, batch: int, order: list[tuple[float, int]],
@@ -142,8 +135,9 @@ class RowSearch:
         at = coarse.index(best)
         lo = coarse[at - 1] if at else 0
         hi = coarse[at + 1] if at + 1 < len(coarse) else best
+        valued = set(coarse)
         for r in grid:
-            if lo < r < hi and r != best and r not in ends and r > 4:
+            if lo < r < hi and r not in valued:
                 val = value(r)
                 if val is not None and val > best_val * (1 + 1e-9) and val >= need:
                     best, best_val = r, val
