@@ -28,12 +28,12 @@ step by step, to switch sizes mid-request).
 
 Exploration: a step verifies at most twice the rows of the widest drafting step measured at
 its batch size or a larger one (``budget_rows.TrustRegion``), so rows grow by doubling.
-A measurement is only taken where the controller drafts, so now and then it
-probes a neighbour of its choice (no drafts when it drafts; a quarter more rows; twice the
-rows; at least one draft per request): often
-while it warms up, then every ``probe_every`` steps, backed off where probes keep leaving the
-choice where it was (``core/budget_probes``). A new choice must beat the current one
-by ``hysteresis`` before the controller switches, so noise does not flap the decision.
+A measurement is only taken where the controller drafts, so now and then it probes a
+neighbour of its choice (no drafts when it drafts; a quarter more rows; twice the rows; at
+least one draft per request): often while it warms up, then every ``probe_every`` steps,
+backed off, per batch size, where probes keep leaving the choice where it was
+(``core/budget_probes``). A new choice must beat the current one by ``hysteresis`` before
+the controller switches, so noise does not flap the decision.
 Reality check: where the drafting steps it chose at a batch size really committed fewer
 tokens per second than plain steps did (``Realized``), the controller stops drafting there,
 whatever the models predict (they can be optimistic: see ``core.jacobi_refined``),
@@ -282,7 +282,7 @@ class BudgetController:
         """A kept decision may be used again (``KeptDecision.reuse``): no upward probe is held
         and no probe is due; to draft, also the books allow drafting at this batch size and
         reality has not turned against drafting there."""
-        probe_due = self.explore.schedule.due(self.decisions, self.measured)
+        probe_due = self.explore.schedule.due(self.decisions, self.measured, batch)
         if self.explore.held is not None or probe_due:
             return False
         return plain or (self.guard.allows(batch) and not self._drafting_lost(batch))

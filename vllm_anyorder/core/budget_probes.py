@@ -15,10 +15,14 @@ accepted). The schedule therefore backs off:
   curve is climbed in a few probes, not one per ``probe_every``). One that left a drafting
   choice where it was sets e to 0: near its choice the controller keeps learning acceptance
   at the positions it does not draft, one probe's observation at a time;
-* the reality check's retry of a losing prediction (``stale_after``) is spaced out by the same
-  factor (``spacing``), as it is a probe of its own.
+* e is kept per batch size: what probes said at one size (a warm-up at batch 2 where drafts
+  were rejected) does not postpone the first probes at another. A size never judged starts at
+  e = 0: an engine's first batch at size 4 ran 64 steps plain, no probe, on the back-off its
+  batch-2 warm-up had left (issue 22). Each size backs off on its own, so where drafting never
+  pays a size costs its few probes once, not once per batch.
 
-A step with a new batch size judges nothing: its choice differs for reasons of its own.
+A probe whose batch size changed before it was judged judges nothing: its choice differs for
+reasons of its own.
 Which neighbour a probe runs is :class:`Explorer`'s call: no drafts (when the choice drafts),
 or the nearest row count above the choice not measured lately (a quarter more rows, or twice
 as many: at least one, or four, more drafts per request), held for ``probe_hold`` steps.
@@ -38,19 +42,19 @@ class ProbeSchedule:
     def __init__(self, probe_every: int, warmup_steps: int, max_backoff: int) -> None:
         self.probe_every, self.warmup_steps = max(1, probe_every), warmup_steps
         self.max_backoff = max_backoff
-        self.backoff = 0  # e: the gap is probe_every * 2**e
-        self.last = 0  # decision number of the last probe
+        self.backoff: dict[int, int] = {}  # e by batch size: the gap is probe_every * 2**e
+        self.last = 0  # decision number of the last probe (any batch size)
         self.pending: tuple[int, int] | None = None  # (batch, choice) when it was taken
 
-    def due(self, decision: int, measured: int) -> bool:
-        """A probe in this decision?"""
+    def due(self, decision: int, measured: int, batch: int) -> bool:
+        """A probe in this decision, at this batch size?"""
         if measured < self.warmup_steps:
             return decision % 2 == 0
-        return decision - self.last >= self.gap()
+        return decision - self.last >= self.gap(batch)
 
-    def gap(self) -> int:
-        """Steps between probes after warm-up, as things stand."""
-        return max(1, round(self.probe_every * 2.0 ** self.backoff))
+    def gap(self, batch: int) -> int:
+        """Steps between probes at this batch size after warm-up, as things stand."""
+        return max(1, round(self.probe_every * 2.0 ** self.backoff.get(batch, 0)))
 
     def started(self, decision: int, batch: int, choice: int, measured: int) -> None:
         """A probe is taken at ``decision``; the controller's own choice was ``choice``
@@ -59,8 +63,8 @@ class ProbeSchedule:
         self.pending = (batch, choice) if measured >= self.warmup_steps else None
 
     def judge(self, batch: int, choice: int) -> None:
-        """The first settled choice after a probe: moved, the next probe comes soon; still
-        plain, the gap doubles; still drafting, the base gap."""
+        """The first settled choice after a probe, at the probe's batch size: moved, the next
+        probe comes soon; still plain, the gap doubles; still drafting, the base gap."""
         if self.pending is None:
             return
         before_batch, before = self.pending
@@ -68,18 +72,14 @@ class ProbeSchedule:
         if before_batch != batch:
             return
         if (before > 0) != (choice > 0) or abs(choice - before) > max(1, before // 4):
-            self.backoff = -2
+            self.backoff[batch] = -2
         elif choice == 0:
-            self.backoff = min(self.backoff + 1, self.max_backoff)
+            self.backoff[batch] = min(self.backoff.get(batch, 0) + 1, self.max_backoff)
         else:
-            self.backoff = 0
-
-    def spacing(self) -> int:
-        """How many times ``probe_every`` the probes are apart now (at least 1)."""
-        return 2 ** max(0, self.backoff)
+            self.backoff[batch] = 0
 
     def state(self) -> list:
-        return [self.backoff, self.last, self.pending]
+        return [sorted(self.backoff.items()), self.last, self.pending]
 
 
 class Explorer:
@@ -110,7 +110,7 @@ class Explorer:
         the nearest stale row count above it within ``reach`` (``upward``: the caller lifts
         every request to one draft where that fits)."""
         self.schedule.judge(batch, best)
-        if not self.schedule.due(decision, measured):
+        if not self.schedule.due(decision, measured, batch):
             return best, False
         self.count += 1
         self.schedule.started(decision, batch, best, measured)

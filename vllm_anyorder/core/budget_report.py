@@ -17,7 +17,7 @@ def describe(c) -> str:
             f"({why}); {t['steps_without_drafts']}/{t['steps']} steps without drafts, "
             f"{acc:.0%} of {t['drafted']} drafts accepted, "
             f"cost {c.cost.slope() * 1e3:.3f} ms per extra row, "
-            f"a probe every {c.explore.schedule.gap()} steps, "
+            f"a probe every {c.explore.schedule.gap(d.batch)} steps, "
             f"net {c.guard.lost_share(d.batch):+.1%} of the time lost to drafting "
             f"at this batch size "
             f"({t['guarded']} choices to draft held back)")

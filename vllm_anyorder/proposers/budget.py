@@ -35,6 +35,7 @@ import json
 import logging
 import os
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -203,6 +204,7 @@ class StepBudget:
         try:
             if self._snapshot_fd is None:
                 self._snapshot_fd = os.open(self._snapshot, os.O_RDWR | os.O_CREAT, 0o644)
+                weakref.finalize(self, os.close, self._snapshot_fd)  # closed with the budget
                 os.ftruncate(self._snapshot_fd, 0)
             os.pwrite(self._snapshot_fd, data, 0)
         except OSError:

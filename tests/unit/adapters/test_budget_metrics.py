@@ -75,3 +75,9 @@ def test_the_snapshot_is_rewritten_in_place_and_read_as_json(tmp_path):
     budget._write_snapshot()
     assert json.loads(path.read_text())["last_rows"] == 12
     assert os.stat(path).st_ino == inode  # the same file: no new one renamed over it
+    fd = budget._snapshot_fd
+    del budget
+    import gc
+    gc.collect()
+    with pytest.raises(OSError):  # the snapshot's descriptor closed with its budget
+        os.fstat(fd)

@@ -9,7 +9,7 @@ def test_gap_doubles_while_probes_leave_plain_decoding_chosen():
     s = ProbeSchedule(probe_every=32, warmup_steps=0, max_backoff=3)
     last, gaps = 0, []
     for decision in range(1, 2000):
-        if s.due(decision, measured=decision):
+        if s.due(decision, measured=decision, batch=4):
             gaps.append(decision - last)
             last = decision
             s.started(decision, batch=4, choice=0, measured=decision)
@@ -20,13 +20,13 @@ def test_gap_doubles_while_probes_leave_plain_decoding_chosen():
 
 def test_a_probe_that_moves_the_choice_brings_the_next_one_soon():
     s = ProbeSchedule(probe_every=32, warmup_steps=0, max_backoff=3)
-    s.backoff = 3
+    s.backoff[1] = 3
     s.started(100, batch=1, choice=0, measured=100)
     s.judge(batch=1, choice=6)  # drafting switched on
-    assert s.backoff == -2 and not s.due(107, 107) and s.due(108, 108)
+    assert s.backoff[1] == -2 and not s.due(107, 107, 1) and s.due(108, 108, 1)
     s.started(108, batch=1, choice=6, measured=108)
     s.judge(batch=1, choice=7)  # within a quarter: stayed, drafting -> the base gap
-    assert s.backoff == 0
+    assert s.backoff[1] == 0
 
 
 def test_warm_up_and_batch_changes_judge_nothing():
@@ -35,7 +35,22 @@ def test_warm_up_and_batch_changes_judge_nothing():
     s.judge(batch=1, choice=0)
     s.started(40, batch=1, choice=0, measured=40)
     s.judge(batch=2, choice=0)  # another batch size
-    assert s.backoff == 0
+    assert s.backoff == {}
+
+
+def test_each_batch_size_backs_off_on_its_own():
+    s = ProbeSchedule(probe_every=32, warmup_steps=0, max_backoff=3)
+    for decision in range(1, 1000):  # batch 2: probes keep leaving plain decoding chosen
+        if s.due(decision, decision, 2):
+            s.started(decision, batch=2, choice=0, measured=decision)
+        else:
+            s.judge(batch=2, choice=0)
+    assert s.gap(2) == 256
+    # the first batch at size 4: its first probe comes one base gap after the last probe,
+    # not 256 steps after it (the engine-wide back-off held an engine's first batch-4 run
+    # plain for 64 steps with no probe, issue 22)
+    first = next(d for d in range(s.last + 1, s.last + 300) if s.due(d, d, 4))
+    assert first - s.last == 32 and s.gap(2) == 256
 
 
 def run(accept_from, steps, max_drafts=16):
@@ -67,5 +82,28 @@ def test_a_change_after_back_off_is_found_within_one_gap():
 
 def test_the_log_line_says_how_often_it_probes():
     ctl = BudgetController(BudgetSettings(max_drafts=4))
-    ctl.explore.schedule.backoff = 3
+    ctl.explore.schedule.backoff[0] = 3  # the last decision's batch size (none yet: 0)
     assert "a probe every 256 steps," in ctl.summary()
+
+
+def test_a_new_batch_size_is_probed_soon_after_another_backed_off():
+    """Batch 2 never accepts a draft (its probes back off to one per 256 steps); then the
+    engine runs batch 4, whose drafts are all accepted: drafting starts within one base gap,
+    not when batch 2's back-off would have allowed the next probe (step 71 here)."""
+    ctl = BudgetController(BudgetSettings(max_drafts=8))
+
+    def step(ids, accept):
+        caps = ctl.allot(ids, [8] * len(ids))
+        rows = len(ids) + sum(caps)
+        ctl.record_step(rows, any(caps), 0.010 * (1 + 0.02 * sum(caps) + 0.05 * any(caps)),
+                        batch=len(ids), tokens=len(ids) + (sum(caps) if accept else 0))
+        for i, c in zip(ids, caps):
+            if c:
+                ctl.record_verified(i, c, c if accept else 0)
+        return any(caps) and not ctl.last.probe
+
+    for _ in range(1200):
+        step(["a", "b"], accept=False)
+    assert ctl.explore.schedule.gap(2) == 256
+    chosen = [n for n in range(300) if step(["c", "d", "e", "f"], accept=True)]
+    assert chosen and chosen[0] <= 32 + 4, chosen[:3]
