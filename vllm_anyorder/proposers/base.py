@@ -96,11 +96,32 @@ class AnyOrderProposer:
 
     def draft_caps(self, limits: list[int]) -> list[int]:
         """Drafts per input-batch row for the next step: each row's own limit (room left,
-        configured size; 0 where it cannot draft) cut by the budget (``fixed``: the limits)."""
+        configured size; 0 where it cannot draft), cut to the drafts its tokens left can use
+        (:meth:`within_max_tokens`), then by the budget (``fixed``: the limits)."""
         req_ids = self.batch_req_ids()
+        limits = self.within_max_tokens(req_ids, limits)
         remaining = (lambda: self.remaining_tokens(req_ids)) if self.budget.mode == "auto" \
             else None  # asked only for a closed batch (core/budget_drain)
         return self.budget.caps(req_ids, limits, remaining)
+
+    def within_max_tokens(self, req_ids: list[str], limits: list[int]) -> list[int]:
+        """Each limit cut to the request's tokens left less one: with n tokens left, a step
+        commits at most n (n - 1 accepted drafts and the token the verification samples), so
+        rows past that are verified for nothing (a ``jacobi`` chain of 16 ran into every
+        request's last step, issue 22). Outputs do not change: vLLM drops tokens past
+        ``max_tokens`` anyway."""
+        requests = self.view.requests if self.view is not None else {}
+        if not requests or len(req_ids) != len(limits):
+            return list(limits)
+        out = []
+        for req_id, limit in zip(req_ids, limits):
+            state = requests.get(req_id)
+            params = getattr(state, "sampling_params", None)
+            output = getattr(state, "output_token_ids", None)
+            if params is not None and params.max_tokens is not None and output is not None:
+                limit = min(limit, max(0, params.max_tokens - len(output) - 1))
+            out.append(limit)
+        return out
 
     def remaining_tokens(self, req_ids: list[str]) -> list[int] | None:
         """The most tokens each request may still produce (``max_tokens`` less its output so

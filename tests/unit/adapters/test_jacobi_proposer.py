@@ -457,3 +457,20 @@ def test_draft_caps_hand_each_requests_tokens_left_to_an_auto_budget():
     fixed.budget.caps = lambda req_ids, limits, remaining=None: seen.append(remaining) or limits
     fixed.draft_caps([4, 0])
     assert seen[-1] is None and len(seen) == 3
+
+
+def test_no_request_is_offered_drafts_past_its_last_token():
+    """A request with n tokens left commits at most n in a step (n - 1 drafts and the sampled
+    token): the base class cuts every limit there, in every budget mode, before the budget
+    sees it (unbounded or unknown requests keep their limits)."""
+    for mode in ("auto", "fixed", "cycle:16"):
+        p = make_proposer(budget=mode)
+        states = {"a": NS(sampling_params=NS(max_tokens=128), output_token_ids=[1] * 124),
+                  "b": NS(sampling_params=NS(max_tokens=16), output_token_ids=[2] * 15),
+                  "c": NS(sampling_params=NS(max_tokens=None), output_token_ids=[3] * 99)}
+        p.view = RunnerView.of(NS(input_batch=NS(req_ids=["a", "b", "c", "d"]),
+                                  requests=states))
+        seen = []
+        p.budget.caps = lambda req_ids, limits, remaining=None: seen.append(limits) or limits
+        assert p.draft_caps([16, 16, 16, 16]) == [3, 0, 16, 16]
+        assert seen == [[3, 0, 16, 16]]
