@@ -42,7 +42,9 @@ def test_jacobi_sampling_matches_the_model(jacobi_llm, exact, params_kw):
     samples = sample(jacobi_llm, params_kw)
     assert len(samples) == NUM_REQ * N_PER_REQ and all(len(s) == MAX_TOKENS for s in samples)
     accepted = spec_metrics(jacobi_llm)["vllm:spec_decode_num_accepted_tokens"] - before
-    assert accepted > 0.2 * len(samples)  # drafts really were accepted (the rule is exercised)
+    # drafts really were accepted (the rule is exercised); 0.16 of samples since drafts past a
+    # request's last token are no longer offered (MAX_TOKENS is short here), 0.2+ before
+    assert accepted > 0.1 * len(samples)
 
     def cond(prefix):
         return truncated_probs(exact(prefix), **params_kw)
