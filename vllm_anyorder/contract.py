@@ -122,6 +122,9 @@ class BudgetCounting(Protocol):
     (``AnyOrderProposer.budget_counting``; e.g. ``core.jacobi_refined.RefinedPositions``)."""
 
     probe_hold: int  # steps an upward probe of the budget keeps its depth
+    # drafts that improve only where verified (Jacobi iterates): cold everywhere after plain
+    # steps, so a probe from plain decoding does not reach past the nearest depth
+    cold_after_plain: bool
 
     def counted(self, outcomes: list[Outcome]) -> list[Outcome]:
         """Of a step's outcomes, what counts (each (req_id, drafted, accepted) possibly cut)."""

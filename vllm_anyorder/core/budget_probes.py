@@ -136,11 +136,11 @@ class Explorer:
         AVX2) two each (1.18 tokens/ms against plain's 0.87) was never tried and the batch
         ran 62-84% plain at 0.92-0.97x no speculation (issue 22). From a drafting choice the
         first (on a knee-shaped cost the last cost a few plain steps a probe)."""
-        # from plain: two drafts each, or the nearest stale count below (not for drafts that
-        # improve only where verified, probe_hold > 1: after plain steps a Jacobi iterate is
-        # cold at every position, and a deeper probe measured only its cost: a simulated
-        # batch of 4 fell from 0.91 to 0.87 of the best fixed chain)
-        outward = far and not best and self.s.probe_hold == 1
+        # from plain: two drafts each, or the nearest stale count below (not for drafts cold
+        # after plain steps, ``cold_after_plain``: a Jacobi iterate is refined only where
+        # verified, so a deeper probe measured only its cost: a simulated batch of 4 fell
+        # from 0.91 to 0.87 of the best fixed chain)
+        outward = far and not best and not self.s.cold_after_plain
         span = 2 * batch if outward else max(best, 4 * batch) if far else max(best // 4, batch)
         counts = candidates(min(total, best + span))
         for r in (reversed(counts) if outward else counts):

@@ -35,6 +35,9 @@ class BudgetSettings:
     # steps an upward probe keeps its row count (> 1 for drafts that improve only where they
     # are verified, Jacobi iterates: the first step at a new depth refines, the next judge)
     probe_hold: int = 1
+    # drafts cold everywhere after plain steps (Jacobi iterates, refined only where verified):
+    # a far probe from plain decoding takes the nearest stale count, not two drafts each
+    cold_after_plain: bool = False
     max_backoff: int = 3  # probes back off to probe_every * 2**max_backoff (budget_probes)
     # drafting runs only while its net loss against plain decoding is within this share of
     # the measured time, over about ``loss_horizon`` steps (budget_guard)

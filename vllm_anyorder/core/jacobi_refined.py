@@ -31,6 +31,7 @@ class RefinedPositions:
     # an upward probe keeps its depth this many steps: the first refines the new positions,
     # the next judges them (core.budget_settings.BudgetSettings.probe_hold)
     probe_hold = 2
+    cold_after_plain = True  # a plain step refines no position of the chain
 
     def __init__(self) -> None:
         self.depth: dict[str, int] = {}  # req_id -> leading refined positions of its chain

@@ -166,17 +166,15 @@ class AssdProposer(AnyOrderProposer):
 
     def _budget(self, state: Any, committed: list[int], n: int) -> int:
         """Drafts for a request (``state``: its CachedRequestState): at most k, inside
-        max_model_len, and only while at least two tokens remain (one remaining token is a
-        plain decoding step: 1 forward, 1 token)."""
+        max_model_len, none once it is finishing (the base class's ``draft_caps`` then cuts
+        it to the tokens left less one)."""
         sp = getattr(state, "sampling_params", None)
         if not committed or sp is None:
             return 0
         out_len = n - int(state.num_prompt_tokens)
         if committed[-1] in sp.all_stop_token_ids and out_len >= (sp.min_tokens or 0):
             return 0  # the request is finishing: do not spend a drafting forward
-        remaining = sp.max_tokens - out_len if sp.max_tokens is not None else 1 << 30
-        room = self.max_model_len - n - 1
-        return max(0, min(self.k, room, remaining - 1))
+        return max(0, min(self.k, self.max_model_len - n - 1))
 
     # ------------------------------------------------------------------ drafters
     @torch.inference_mode()

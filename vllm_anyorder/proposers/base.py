@@ -110,31 +110,30 @@ class AnyOrderProposer:
         rows past that are verified for nothing (a ``jacobi`` chain of 16 ran into every
         request's last step, issue 22). Outputs do not change: vLLM drops tokens past
         ``max_tokens`` anyway."""
-        requests = self.view.requests if self.view is not None else {}
-        if not requests or len(req_ids) != len(limits):
+        if len(req_ids) != len(limits):
             return list(limits)
-        out = []
-        for req_id, limit in zip(req_ids, limits):
-            state = requests.get(req_id)
-            params = getattr(state, "sampling_params", None)
-            output = getattr(state, "output_token_ids", None)
-            if params is not None and params.max_tokens is not None and output is not None:
-                limit = min(limit, max(0, params.max_tokens - len(output) - 1))
-            out.append(limit)
-        return out
+        return [limit if left is None else min(limit, max(0, left - 1))
+                for limit, left in zip(limits, self.tokens_left(req_ids))]
 
     def remaining_tokens(self, req_ids: list[str]) -> list[int] | None:
-        """The most tokens each request may still produce (``max_tokens`` less its output so
-        far; the worker updated both before ``propose``); None where any is unbounded or
-        unknown."""
+        """The most tokens each request may still produce; None where any is unbounded or
+        unknown (the budget's closed-batch drain needs them all)."""
+        left = self.tokens_left(req_ids)
+        return None if any(n is None for n in left) else left
+
+    def tokens_left(self, req_ids: list[str]) -> list[int | None]:
+        """Per request: ``max_tokens`` less its output so far (the worker updated both before
+        ``propose``), or None where unbounded or unknown."""
         requests = self.view.requests if self.view is not None else {}
-        out = []
+        out: list[int | None] = []
         for req_id in req_ids:
             state = requests.get(req_id)
             params = getattr(state, "sampling_params", None)
-            if params is None or params.max_tokens is None:
-                return None
-            out.append(max(0, params.max_tokens - len(state.output_token_ids)))
+            output = getattr(state, "output_token_ids", None)
+            if params is None or params.max_tokens is None or output is None:
+                out.append(None)
+            else:
+                out.append(max(0, params.max_tokens - len(output)))
         return out
 
     def draft(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: Any,

@@ -132,15 +132,16 @@ def test_method_table_and_target_check(caplog):
     assert "k > 2" in caplog.text
 
 
-def test_budget_needs_two_remaining_tokens_and_stops_at_stop_tokens():
+def test_budget_stops_at_stop_tokens_and_max_model_len():
+    """Tokens left are cut once, in the base class's ``draft_caps`` (test_jacobi_proposer's
+    ``test_no_request_is_offered_drafts_past_its_last_token``), not here."""
     prop = make_proposer(k=3)
     r = make_runner([("a", sp(max_tokens=10), 4), ("b", sp(max_tokens=6), 4),
                      ("c", sp(max_tokens=5), 4), ("d", sp(stop=[7]), 4),
                      ("e", sp(stop=[7], min_tokens=5), 4)])
     # n = decoded tokens; output so far = n - 4
     assert prop._budget(r.requests.get("a"), [1], 6) == 3
-    assert prop._budget(r.requests.get("b"), [1], 8) == 1  # 2 remaining -> 1 draft (+ bonus)
-    assert prop._budget(r.requests.get("c"), [1], 8) == 0  # 1 remaining: a plain decoding step
+    assert prop._budget(r.requests.get("c"), [1], 8) == 3  # 1 remaining: the base class cuts
     assert prop._budget(r.requests.get("d"), [7], 6) == 0  # finishing at a stop token
     assert prop._budget(r.requests.get("e"), [7], 6) == 3  # ... unless min_tokens is not reached
     assert prop._budget(r.requests.get("a"), [], 6) == 0  # no new token this step
