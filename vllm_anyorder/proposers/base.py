@@ -99,27 +99,22 @@ class AnyOrderProposer:
         configured size; 0 where it cannot draft), cut to the drafts its tokens left can use
         (:meth:`within_max_tokens`), then by the budget (``fixed``: the limits)."""
         req_ids = self.batch_req_ids()
-        limits = self.within_max_tokens(req_ids, limits)
-        remaining = (lambda: self.remaining_tokens(req_ids)) if self.budget.mode == "auto" \
-            else None  # asked only for a closed batch (core/budget_drain)
+        left = self.tokens_left(req_ids)  # looked up once per step, for both uses below
+        limits = self.within_max_tokens(limits, left)
+        remaining = (lambda: None if None in left else left) if self.budget.mode == "auto" \
+            else None  # asked only for a closed batch (core/budget_drain): all bounded
         return self.budget.caps(req_ids, limits, remaining)
 
-    def within_max_tokens(self, req_ids: list[str], limits: list[int]) -> list[int]:
+    def within_max_tokens(self, limits: list[int], left: list[int | None]) -> list[int]:
         """Each limit cut to the request's tokens left less one: with n tokens left, a step
         commits at most n (n - 1 accepted drafts and the token the verification samples), so
         rows past that are verified for nothing (a ``jacobi`` chain of 16 ran into every
         request's last step, issue 22). Outputs do not change: vLLM drops tokens past
         ``max_tokens`` anyway."""
-        if len(req_ids) != len(limits):
+        if len(left) != len(limits):
             return list(limits)
-        return [limit if left is None else min(limit, max(0, left - 1))
-                for limit, left in zip(limits, self.tokens_left(req_ids))]
-
-    def remaining_tokens(self, req_ids: list[str]) -> list[int] | None:
-        """The most tokens each request may still produce; None where any is unbounded or
-        unknown (the budget's closed-batch drain needs them all)."""
-        left = self.tokens_left(req_ids)
-        return None if any(n is None for n in left) else left
+        return [limit if n is None else min(limit, max(0, n - 1))
+                for limit, n in zip(limits, left)]
 
     def tokens_left(self, req_ids: list[str]) -> list[int | None]:
         """Per request: ``max_tokens`` less its output so far (the worker updated both before

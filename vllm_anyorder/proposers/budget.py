@@ -68,7 +68,8 @@ class StepBudget:
         self.controller = BudgetController(BudgetSettings(
             mode=mode, max_drafts=max_drafts,
             probe_hold=counting.probe_hold if counting is not None else 1,
-            cold_after_plain=bool(getattr(counting, "cold_after_plain", False))), stages)
+            cold_after_plain=counting.cold_after_plain if counting is not None else False),
+            stages)
         self.counting = counting  # the proposer's rule for which outcomes count (or None)
         self.tp_group = tp_group  # vLLM's TP GroupCoordinator when world size > 1
         self._pending: _Pending | None = None

@@ -438,7 +438,7 @@ def test_the_budget_hears_how_much_of_each_chain_was_spliced_from_the_text():
 
 
 def test_draft_caps_hand_each_requests_tokens_left_to_an_auto_budget():
-    """The base class's remaining_tokens: max_tokens less the output so far (closed batches,
+    """The base class's tokens_left: max_tokens less the output so far (closed batches,
     core/budget_drain), handed over as a callable the controller asks only for a closed batch;
     None when any request is unbounded; no callable for a fixed budget."""
     p = make_proposer(budget="auto")
