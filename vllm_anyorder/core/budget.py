@@ -36,7 +36,8 @@ backed off, per batch size, where probes keep leaving the choice where it was
 the controller switches, so noise does not flap the decision.
 Reality check: where the drafting steps it chose at a batch size really committed fewer
 tokens per second than plain steps did (``Realized``), the controller stops drafting there,
-whatever the models predict (they can be optimistic: see ``core.jacobi_refined``),
+whatever the models predict (not for drafts cold after plain steps, Jacobi's: a retry there
+measures cold chains; ``_drafting_lost``),
 and tries its prediction again once that figure is ``stale_after`` steps old, judged on
 the retry's own steps (not spaced out with the probes: while drafting is stopped, probes
 keep leaving the choice at plain, back off, and would postpone the retry for good; what
@@ -291,7 +292,16 @@ class BudgetController:
         """The drafting steps chosen at this batch size lately really committed fewer tokens
         per second than plain steps (a drafting figure older than ``stale_after`` steps does
         not count: the prediction is then tried again, a few steps every ``stale_after``; the
-        plain one counts at any age, as plain steps are rare while drafting pays)."""
+        plain one counts at any age, as plain steps are rare while drafting pays).
+
+        Never for drafts that are cold after plain steps (``cold_after_plain``: Jacobi
+        iterates, refined only where verified): a retry there drafts cold chains for its first
+        steps, so its figure says how warm the chains were, not what drafting them gives. At
+        batch 1 the check held ``jacobi`` plain ~100 steps at a time, judged each retry's cold
+        chains and held it again (20-24% of steps plain, 0.79-0.95 of ``cycle:16`` on a 2-core
+        Xeon, issue 22); what an optimistic model can lose there, the books bound."""
+        if self.s.cold_after_plain:
+            return False
         now = self.decisions
         drafting = self.realized.rate(batch, True, now, self.s.stale_after)
         plain = self.realized.rate(batch, False, now, now)

@@ -148,8 +148,9 @@ class Acceptance:
 class Realized:
     """Committed tokens per second the engine really got, per batch size and arm (drafting
     or plain), exponentially forgotten: the check on the models' prediction. A model that
-    over-predicts drafting (e.g. Jacobi acceptance counted only at refined positions) is
-    overruled by what its choices actually gave. The controller feeds it the drafting steps
+    over-predicts drafting is overruled by what its choices actually gave (not where drafts
+    are cold after plain steps, Jacobi iterates: ``BudgetController._drafting_lost``). The
+    controller feeds it the drafting steps
     it chose (not its probes: a probe's one-off chain shows what a chain gives when it was
     never drafted for before) and every plain step."""
 
