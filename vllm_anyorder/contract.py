@@ -123,7 +123,8 @@ class BudgetCounting(Protocol):
 
     probe_hold: int  # steps an upward probe of the budget keeps its depth
     # drafts that improve only where verified (Jacobi iterates): cold everywhere after plain
-    # steps, so a probe from plain decoding does not reach past the nearest depth
+    # steps, so a probe from plain decoding does not reach past the nearest depth, and the
+    # realised rates of a retry after plain steps do not overrule the model
     cold_after_plain: bool
 
     def counted(self, outcomes: list[Outcome]) -> list[Outcome]:

@@ -7,8 +7,10 @@ are older guesses that no step refined. Counting every position would teach the 
 deep positions fail, because a short chain never refines them, and it would then keep the
 chain short: a trap that feeds itself. So the budget counts only refined positions: the
 acceptance of a position once it has been drafted for, which is what a longer chain would
-see. That estimate can be optimistic; the controller's reality check (``core.budget``:
-realised tokens per second, drafting against plain) keeps it from costing.
+see. That estimate can be optimistic; the controller's books (``core.budget_guard``: what
+drafting lost against plain decoding, at most 1% of the time) keep it from costing. Its
+reality check (realised tokens per second) does not apply here: after plain steps a retry
+drafts cold chains, so its figure says how warm they were (``cold_after_plain``).
 
 A chain's head can also be drafted anew each step: with ``recycle="pool_first"`` the pooled
 continuation of the last committed token (an n-gram from the committed text or a recycled
