@@ -88,7 +88,8 @@ class BudgetController:
         self.prices = BatchPrices()  # drafting prices per batch size (budget_batch_prices)
         self.search = RowSearch(self.cost, stages, self.prices)  # prices, row-count searches
         self.accept = Acceptance(settings.max_drafts)
-        self.realized = Realized()
+        # the reality check (_drafting_lost); none for drafts cold after plain steps
+        self.realized = None if settings.cold_after_plain else Realized()
         self.trust = TrustRegion()
         self.guard = LossGuard(settings.loss_share, settings.loss_horizon)
         self.closed = ClosedBatch()  # closed batches (budget_drain)
@@ -149,7 +150,8 @@ class BudgetController:
             # one it also chose (the first after plain or a probe drafts a cold chain)
             settled = drafting and not self.last.probe
             self.run = self.run + 1 if settled else 0
-            if batch and tokens and (not drafting or self.run > 1):
+            if self.realized is not None and batch and tokens and \
+                    (not drafting or self.run > 1):
                 self.realized.observe(batch, drafting, tokens, seconds, self.decisions,
                                       self.s.stale_after if drafting else None)
             if batch and tokens:  # the guard's baseline: plain steps measured at this batch,
@@ -299,8 +301,9 @@ class BudgetController:
         steps, so its figure says how warm the chains were, not what drafting them gives. At
         batch 1 the check held ``jacobi`` plain ~100 steps at a time, judged each retry's cold
         chains and held it again (20-24% of steps plain, 0.79-0.95 of ``cycle:16`` on a 2-core
-        Xeon, issue 22); what an optimistic model can lose there, the books bound."""
-        if self.s.cold_after_plain:
+        Xeon, issue 22); what an optimistic model can lose there, the books bound. Such a
+        controller keeps no realised rates (``realized`` is None)."""
+        if self.realized is None:
             return False
         now = self.decisions
         drafting = self.realized.rate(batch, True, now, self.s.stale_after)
