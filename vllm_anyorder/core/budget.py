@@ -34,14 +34,9 @@ least one draft per request): often while it warms up, then every ``probe_every`
 backed off, per batch size, where probes keep leaving the choice where it was
 (``core/budget_probes``). A new choice must beat the current one by ``hysteresis`` before
 the controller switches, so noise does not flap the decision.
-Reality check: where the drafting steps it chose at a batch size really committed fewer
-tokens per second than plain steps did (``Realized``), the controller stops drafting there,
-whatever the models predict (not for drafts cold after plain steps, Jacobi's: a retry there
-measures cold chains; ``_drafting_lost``),
-and tries its prediction again once that figure is ``stale_after`` steps old, judged on
-the retry's own steps (not spaced out with the probes: while drafting is stopped, probes
-keep leaving the choice at plain, back off, and would postpone the retry for good; what
-retries lose, the books bound).
+Reality check (``core/budget_reality``): where the drafting steps it chose at a batch size
+really committed fewer tokens per second than plain steps did, it stops drafting there, and
+tries again once that figure is stale (not for drafts cold after plain steps, Jacobi's).
 The books (``core/budget_guard``): drafting, chosen or probed, runs only while the net time
 the drafting steps lost against plain decoding (for the tokens they committed) is within
 ``loss_share`` of the measured time, and a step drafts no more rows than it could lose
@@ -54,23 +49,23 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .budget_accept import Acceptance, Realized
+from .budget_accept import Acceptance
 from .budget_batch_prices import BatchPrices
 from .budget_drain import ClosedBatch, DrainValue, water_fill
 from .budget_guard import LossGuard
 from .budget_models import StepCost
 from .budget_probes import Explorer
+from .budget_reality import RealityCheck
 from .budget_report import describe, fingerprint
-from .budget_rows import TrustRegion, caps_of, deepest, prefix_sums, ranked_rows
+from .budget_rows import TrustRegion, caps_of, deepest, prefix_sums, probe_caps, ranked_rows
 from .budget_search import RowSearch
 from .budget_settings import BudgetSettings, Decision, KeptDecision, parse_mode
 from .budget_switch import SwitchCost
 
 MIN_GAIN = 1e-3  # rows expected to add fewer accepted drafts than this are never worth one
-# a step that took more than this many times its row count's measured price stalled (the VM,
-# the OS, a collector), and counts as this many times that price: one drafting step of 614 ms
-# among 5-6 ms steps (a 2-core VM) charged the books half their horizon, and the batch ran 630
-# steps plain at 0.79 of cycle:4 (issue 22)
+# a step over this many times its row count's measured price stalled (the VM, the OS, a
+# collector) and counts as that: one drafting step of 614 ms among 5-6 ms steps charged the
+# books half their horizon, and the batch ran 630 steps plain at 0.79 of cycle:4 (issue 22)
 STALL = 4.0
 
 
@@ -88,8 +83,7 @@ class BudgetController:
         self.prices = BatchPrices()  # drafting prices per batch size (budget_batch_prices)
         self.search = RowSearch(self.cost, stages, self.prices)  # prices, row-count searches
         self.accept = Acceptance(settings.max_drafts)
-        # the reality check (_drafting_lost); none for drafts cold after plain steps
-        self.realized = None if settings.cold_after_plain else Realized()
+        self.reality = RealityCheck(settings.stale_after, settings.cold_after_plain)
         self.trust = TrustRegion()
         self.guard = LossGuard(settings.loss_share, settings.loss_horizon)
         self.closed = ClosedBatch()  # closed batches (budget_drain)
@@ -127,10 +121,9 @@ class BudgetController:
             if usual is not None and seconds > STALL * usual:
                 seconds = STALL * usual
                 self.totals["stalls"] += 1
-            # the first drafting step at a row count builds its kernels (16-33 ms against
-            # 6-9 ms after, issue 22): the books charge it what the model predicted for it,
-            # what they agreed to risk, or one such step kept a fresh server's batch plain for
-            # hundreds of steps (the next steps at that count are charged in full)
+            # a row count's first drafting step builds its kernels (16-33 ms against 6-9 ms
+            # after, issue 22): charged what the model predicted (else one such step kept a
+            # fresh server's batch plain for hundreds of steps)
             charged = seconds
             if drafting and rows not in self._shapes:
                 self._shapes.add(rows)
@@ -146,14 +139,9 @@ class BudgetController:
                 self.trust.observe(batch or self.last.batch, rows)
                 if batch:
                     self.prices.observe(batch, rows, seconds, stage)
-            # realised goodput: plain steps, and drafting steps the controller chose after
-            # one it also chose (the first after plain or a probe drafts a cold chain)
-            settled = drafting and not self.last.probe
+            settled = drafting and not self.last.probe  # chosen, not probed
             self.run = self.run + 1 if settled else 0
-            if self.realized is not None and batch and tokens and \
-                    (not drafting or self.run > 1):
-                self.realized.observe(batch, drafting, tokens, seconds, self.decisions,
-                                      self.s.stale_after if drafting else None)
+            self.reality.observe(batch, drafting, self.run, tokens, seconds, self.decisions)
             if batch and tokens:  # the guard's baseline: plain steps measured at this batch,
                 # their mean (drafting steps are charged what they took, not a low quantile)
                 self.guard.observe(drafting, charged, tokens, batch, self.cost.typical(batch))
@@ -250,7 +238,7 @@ class BudgetController:
         if best != anchor and best_val < anchor_val * (1 + stay) and \
                 anchor_val >= least and not self.search.free_switch(batch, anchor, best, depth):
             best, best_val = anchor, anchor_val
-        lost = bool(best) and self._drafting_lost(batch)
+        lost = bool(best) and self.reality.lost(batch, self.decisions)
         if lost:  # reality overrules the prediction
             best, best_val = 0, plain
         allowed = room >= 0  # the books overrule everything (budget_guard)
@@ -288,36 +276,12 @@ class BudgetController:
         probe_due = self.explore.schedule.due(self.decisions, self.measured, batch)
         if self.explore.held is not None or probe_due:
             return False
-        return plain or (self.guard.allows(batch) and not self._drafting_lost(batch))
-
-    def _drafting_lost(self, batch: int) -> bool:
-        """The drafting steps chosen at this batch size lately really committed fewer tokens
-        per second than plain steps (a drafting figure older than ``stale_after`` steps does
-        not count: the prediction is then tried again, a few steps every ``stale_after``; the
-        plain one counts at any age, as plain steps are rare while drafting pays).
-
-        Never for drafts that are cold after plain steps (``cold_after_plain``: Jacobi
-        iterates, refined only where verified): a retry there drafts cold chains for its first
-        steps, so its figure says how warm the chains were, not what drafting them gives. At
-        batch 1 the check held ``jacobi`` plain ~100 steps at a time, judged each retry's cold
-        chains and held it again (20-24% of steps plain, 0.79-0.95 of ``cycle:16`` on a 2-core
-        Xeon, issue 22); what an optimistic model can lose there, the books bound. Such a
-        controller keeps no realised rates (``realized`` is None)."""
-        if self.realized is None:
-            return False
-        now = self.decisions
-        drafting = self.realized.rate(batch, True, now, self.s.stale_after)
-        plain = self.realized.rate(batch, False, now, now)
-        return drafting is not None and plain is not None and drafting < plain
+        return plain or (self.guard.allows(batch) and not self.reality.lost(batch, self.decisions))
 
     def _probe_caps(self, order: list[tuple[float, int]], rows: int, limits: list[int],
                     best_val: float, plain: float, most: int) -> list[int]:
-        """An upward probe's caps: the ``rows`` best rows, and at least one draft each
-        where that stays within ``most`` rows."""
-        caps = caps_of(order, rows, len(limits))
-        lifted = [c or min(1, lim) for c, lim in zip(caps, limits)]
-        if sum(lifted) <= most:
-            caps = lifted
+        """An upward probe's caps (``budget_rows.probe_caps``), recorded as a probe."""
+        caps = probe_caps(order, rows, limits, most)
         self.last = Decision(sum(caps), len(limits), True, best_val, plain)
         return caps
 

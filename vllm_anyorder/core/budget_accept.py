@@ -1,5 +1,5 @@
-"""What the speculation budget controller measures of its drafts: acceptance by position, and
-the tokens per second its choices really committed.
+"""What the speculation budget controller measures of its drafts: acceptance by position
+(what its choices really committed: ``core/budget_reality``).
 
 * :class:`Acceptance` -- per draft position j, P(draft j accepted | drafts < j accepted), engine
   wide (exponentially weighted counts) and per request (its own counts, shrunk towards the
@@ -10,8 +10,6 @@ the tokens per second its choices really committed.
   less (``assd``'s n-gram drafts know only the prompt's bigrams; 0.24-0.35 in a batch's first
   steps against 0.6-0.9 later, issue 22), and pooled, each new batch's first steps dragged the
   rate every request was priced by down for dozens of plain steps, which measure nothing.
-* :class:`Realized` -- tokens per second committed by plain and by drafting steps, per batch
-  size (the controller's reality check, ``core/budget.py``).
 """
 
 from __future__ import annotations
@@ -144,43 +142,3 @@ class Acceptance:
             del self.requests[req_id]
             self._judged.pop(req_id, None)
 
-
-class Realized:
-    """Committed tokens per second the engine really got, per batch size and arm (drafting
-    or plain), exponentially forgotten: the check on the models' prediction. A model that
-    over-predicts drafting is overruled by what its choices actually gave (not where drafts
-    are cold after plain steps, Jacobi iterates: ``BudgetController._drafting_lost``). The
-    controller feeds it the drafting steps
-    it chose (not its probes: a probe's one-off chain shows what a chain gives when it was
-    never drafted for before) and every plain step."""
-
-    def __init__(self, decay: float = 0.05, min_drafting: float = 6.0,
-                 min_plain: float = 2.0) -> None:
-        self.decay = decay
-        # steps before a figure counts: about 7 drafting steps (a chain drafted afresh
-        # needs a few to settle), 2 plain ones (a plain step is what it is; they are rare)
-        self.min_weight = {True: min_drafting, False: min_plain}
-        # (batch, drafting) -> [tokens, seconds, weight, step of the last observation]
-        self.table: dict[tuple[int, bool], list[float]] = {}
-
-    def observe(self, batch: int, drafting: bool, tokens: int, seconds: float,
-                step: int, restart_after: int | None = None) -> None:
-        """One step; a figure last observed more than ``restart_after`` steps ago starts
-        afresh (the retry :meth:`rate` allows then is judged on its own steps, not drowned
-        in the stale figure that stopped drafting)."""
-        t = self.table.get((batch, bool(drafting)))
-        if t is None or (restart_after is not None and step - t[3] > restart_after):
-            t = self.table[(batch, bool(drafting))] = [0.0, 0.0, 0.0, 0.0]
-        keep = 1.0 - self.decay
-        t[0], t[1], t[2] = t[0] * keep + tokens, t[1] * keep + seconds, t[2] * keep + 1.0
-        t[3] = step
-
-    def rate(self, batch: int, drafting: bool, now: int, max_age: int) -> float | None:
-        """Tokens per second of this arm at this batch size; None until enough steps, or
-        when the last one is more than ``max_age`` steps old (then the prediction is tried
-        again for real)."""
-        t = self.table.get((batch, bool(drafting)))
-        if t is None or t[2] < self.min_weight[bool(drafting)] or t[1] <= 0 or \
-                now - t[3] > max_age:
-            return None
-        return t[0] / t[1]

@@ -1,5 +1,5 @@
-"""What the speculation budget controller measures: step cost against rows (acceptance and the
-realised rates: ``budget_accept``).
+"""What the speculation budget controller measures: step cost against rows (acceptance:
+``budget_accept``; the realised rates: ``budget_reality``).
 
 The model is fed by the engine's own steps (``core/budget.py`` decides from it); it does not
 import torch or vLLM. Every number they hold came from a measured step: nothing here is a

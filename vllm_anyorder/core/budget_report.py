@@ -31,8 +31,8 @@ def fingerprint(c) -> dict:
             "kept": c.kept.state(), "switch": c.switch.state(),
             "prices": c.prices.state(),
             "realized": sorted([list(k), [round(x, 9) for x in v]]
-                               for k, v in c.realized.table.items())
-            if c.realized is not None else None,
+                               for k, v in c.reality.realized.table.items())
+            if c.reality.realized is not None else None,
             "cost": {str(k): sorted((b, round(m.rows, 6), round(m.seconds, 9))
                                     for b, m in v.items())
                      for k, v in c.cost.tables.items()},

@@ -46,6 +46,15 @@ def caps_of(order: list[tuple[float, int]], rows: int, batch: int) -> list[int]:
     return caps
 
 
+def probe_caps(order: list[tuple[float, int]], rows: int, limits: list[int],
+               most: int) -> list[int]:
+    """An upward probe's caps: the ``rows`` best rows, and at least one draft each where
+    that stays within ``most`` rows."""
+    caps = caps_of(order, rows, len(limits))
+    lifted = [c or min(1, lim) for c, lim in zip(caps, limits)]
+    return lifted if sum(lifted) <= most else caps
+
+
 def candidates(total: int) -> list[int]:
     """Row counts worth evaluating: every count up to 16, then steps of ~1/8 of the value,
     and the total (cost is piecewise linear in rows, gains concave: the optimum is near)."""

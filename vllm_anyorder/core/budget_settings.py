@@ -60,7 +60,7 @@ class Decision:
     caps: list[int] = field(default_factory=list)
     guarded: bool = False  # the loss guard allowed no drafting in this step
     closed: bool = False  # valued by the time to finish a closed batch (budget_drain)
-    lost: bool = False  # the realised rates overruled a choice to draft (Realized)
+    lost: bool = False  # the realised rates overruled a choice to draft (budget_reality)
 
 
 class KeptDecision:

@@ -107,9 +107,9 @@ def test_dllm_rounds_feed_the_reality_check():
     c.last.probe = False
     for _ in range(8):  # two drafts each, one kept: 4 steps in 0.025 s = 160/s
         b.round_done(["a", "b"], 6, True, True, 0.025, [("a", 2, 1), ("b", 2, 1)])
-    assert c.realized.rate(2, False, c.decisions, 10**6) == pytest.approx(200.0)
-    assert c.realized.rate(2, True, c.decisions, 10**6) == pytest.approx(160.0)
-    assert c._drafting_lost(2)
+    assert c.reality.realized.rate(2, False, c.decisions, 10**6) == pytest.approx(200.0)
+    assert c.reality.realized.rate(2, True, c.decisions, 10**6) == pytest.approx(160.0)
+    assert c.reality.lost(2, c.decisions)
 
 
 def test_dllm_rounds_under_fixed_budget_measure_nothing():

@@ -1,9 +1,9 @@
-"""The controller's reality check (``Realized`` in core/budget_accept.py, used by
+"""The controller's reality check (``RealityCheck`` in core/budget_reality.py, used by
 core/budget.py): drafting that really committed fewer tokens per second than plain steps stops,
 and is tried again, on fresh steps, once its figure is stale."""
 
 from vllm_anyorder.core.budget import BudgetController
-from vllm_anyorder.core.budget_accept import Realized
+from vllm_anyorder.core.budget_reality import Realized
 from vllm_anyorder.core.budget_settings import BudgetSettings
 
 
