@@ -46,7 +46,8 @@ from vllm_anyorder.core.budget_settings import BudgetSettings
 logger = logging.getLogger("vllm_anyorder")
 LOG_INTERVAL_ENV = "VLLM_ANYORDER_BUDGET_LOG_INTERVAL"  # seconds between summaries (0: off)
 # a directory: every worker appends one JSON line per step (what it verified, what it kept,
-# what the step cost, ``t`` when it was written) to trace-<pid>.jsonl there
+# what the step cost, ``t`` when it was written; flags: guarded, probe, closed, lost) to
+# trace-<pid>.jsonl there
 # (benchmarks/budget_replay.py replays them)
 TRACE_ENV = "VLLM_ANYORDER_BUDGET_TRACE"
 SNAPSHOT_BYTES = 256  # the metrics snapshot's fixed size (its JSON is ~100 bytes)
@@ -140,6 +141,7 @@ class StepBudget:
                     "requests": outcomes, **({"unit": unit} if unit else {}),
                     **({"depth": depth} if depth else {}),
                     **({"guarded": True} if self.controller.last.guarded else {}),
+                    **({"probe": True} if self.controller.last.probe else {}),
                     **({"closed": True} if self.controller.last.closed else {}),
                     **({"lost": True} if self.controller.last.lost else {}),
                     **({"mode": self.controller.kind} if self.controller.kind != "auto" else {})}

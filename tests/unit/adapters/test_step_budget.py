@@ -150,3 +150,6 @@ def test_the_trace_directory_is_made_and_steps_are_written(clock, tmp_path, monk
     b._trace.flush()
     lines = [line for f in trace_dir.iterdir() for line in f.read_text().splitlines()]
     assert len(lines) >= 1 and '"rows"' in lines[0]
+    # the first step, with nothing measured, is the controller's probe of plain decoding;
+    # a trace says which steps were probes (benchmarks/trace_losses, RESULTS' breakdowns)
+    assert '"probe": true' in lines[0]
