@@ -2,11 +2,19 @@
 
     VLLM_ANYORDER_BUDGET_TRACE=DIR <any benchmark>; python -m benchmarks.trace_losses DIR
 
-Per trace file (one engine worker) and batch size: clean steps (the batch ran unchanged),
-plain and drafting; each drafting step is charged ``seconds - tokens * plain / batch``, with
-``plain`` that engine's median plain step at that batch size (the books' rule, measured
-after the fact). A negative total is a gain. This is how RESULTS attributes a wall-clock gap
-to drafting or to the engine (its plain steps' medians, which differ between engines).
+Per trace file (one engine worker), per budget mode (``auto``, or the mode a benchmark
+switched to: ``bench_serve --modes``, ``bench_switch``) and batch size: clean steps (the
+batch ran unchanged), plain and drafting; each drafting step is charged
+``seconds - tokens * plain / batch``, with ``plain`` that engine's median plain step at that
+batch size over every mode (the books' rule, measured after the fact). A negative total is a
+gain. This is how RESULTS attributes a wall-clock gap to drafting or to the engine (its plain
+steps' medians, which differ between engines and drift between client runs).
+
+Also per mode: the steps in which the batch changed (a request joined or left: not clean,
+their time is the gap since the step before; gaps over ``IDLE`` seconds are idle time between
+client runs). Drafting takes a closed-loop benchmark's requests out of lock step, so their
+prefills stop sharing steps (issue 22: 26-57 such steps per run under ``auto`` against 15-22
+with drafts off, at T=0.8, c=8).
 """
 
 from __future__ import annotations
@@ -18,35 +26,68 @@ from pathlib import Path
 
 from benchmarks.budget_replay import read_trace_lines
 
+IDLE = 0.5  # seconds: a longer gap before a step is idle time, not that step's
 
-def losses(lines: list[dict]) -> tuple[dict[int, dict], float]:
-    """batch -> {plain_ms, drafting_steps, steps, lost_s}; and the clean steps' seconds."""
+
+def plain_medians(lines: list[dict]) -> dict[int, float]:
+    """batch -> the median seconds of its clean plain steps (every mode)."""
+    plain: dict[int, list[float]] = defaultdict(list)
+    for line in lines:
+        if line["clean"] and not line["drafting"]:
+            plain[len(line["requests"])].append(line["seconds"])
+    return {batch: statistics.median(s) for batch, s in plain.items()}
+
+
+def losses(lines: list[dict], mode: str | None = None,
+           medians: dict[int, float] | None = None) -> tuple[dict[int, dict], float]:
+    """batch -> {plain_ms, drafting_steps, steps, lost_s}; and the clean steps' seconds. Only
+    ``mode``'s steps (None: all); ``medians``: the plain prices (default: these lines')."""
+    medians = plain_medians(lines) if medians is None else medians
     steps: dict[int, list[tuple[bool, float, int]]] = defaultdict(list)
     for line in lines:
-        if line["clean"]:
+        if line["clean"] and (mode is None or line.get("mode", "auto") == mode):
             tokens = sum(accepted + 1 for _, _, accepted in line["requests"])
             steps[len(line["requests"])].append((line["drafting"], line["seconds"], tokens))
     out = {}
     for batch, rows in sorted(steps.items()):
-        plain = [s for drafting, s, _ in rows if not drafting]
-        if not plain:
+        median = medians.get(batch)
+        if median is None:
             continue
-        median = statistics.median(plain)
         lost = sum(s - t * median / batch for drafting, s, t in rows if drafting)
         out[batch] = {"plain_ms": median * 1e3, "steps": len(rows), "lost_s": lost,
                       "drafting_steps": sum(d for d, _, _ in rows)}
     return out, sum(s for rows in steps.values() for _, s, _ in rows)
 
 
+def batch_changes(lines: list[dict], mode: str) -> tuple[int, float]:
+    """``mode``'s steps in which the batch changed, and their seconds (gap since the step
+    before, idle gaps left out)."""
+    n, seconds = 0, 0.0
+    for before, line in zip(lines, lines[1:]):
+        if line["clean"] or line.get("mode", "auto") != mode:
+            continue
+        gap = line["t"] - before["t"]
+        if 0 < gap <= IDLE:
+            n, seconds = n + 1, seconds + gap
+    return n, seconds
+
+
 def main(argv: list[str] | None = None) -> None:
     for path in sorted(Path((argv or sys.argv[1:])[0]).glob("*.jsonl")):
-        per_batch, total = losses(read_trace_lines(path))
-        lost = sum(b["lost_s"] for b in per_batch.values())
-        print(f"{path.name}: drafting lost {lost:.3f} s of {total:.2f} s of clean steps "
-              f"({100 * lost / total if total else 0:+.2f}%)")
-        for batch, b in per_batch.items():
-            print(f"  batch {batch:>3}: {b['steps']} steps, {b['drafting_steps']} drafting, "
-                  f"plain median {b['plain_ms']:.2f} ms, drafting lost {b['lost_s']:+.3f} s")
+        lines = read_trace_lines(path)
+        medians = plain_medians(lines)
+        modes = sorted({line.get("mode", "auto") for line in lines})
+        for mode in modes:
+            per_batch, total = losses(lines, mode if len(modes) > 1 else None, medians)
+            lost = sum(b["lost_s"] for b in per_batch.values())
+            changed, changed_s = batch_changes(lines, mode)
+            print(f"{path.name} {mode}: drafting lost {lost:.3f} s of {total:.2f} s of clean "
+                  f"steps ({100 * lost / total if total else 0:+.2f}%); {changed} batch "
+                  f"changes, {changed_s:.2f} s")
+            for batch, b in per_batch.items():
+                print(f"  batch {batch:>3}: {b['steps']} steps, {b['drafting_steps']} "
+                      f"drafting, plain median {b['plain_ms']:.2f} ms, drafting lost "
+                      f"{b['lost_s']:+.3f} s")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,39 @@
+"""``benchmarks/trace_losses``: what drafting steps lost against the same engine's plain steps,
+per budget mode, and the steps in which the batch changed (issue 22)."""
+
+from benchmarks.trace_losses import batch_changes, losses, plain_medians
+
+
+def step(t, seconds, drafting=False, accepted=(0, 0), clean=True, mode=None):
+    line = {"t": t, "seconds": seconds if clean else 0.0, "drafting": drafting,
+            "clean": clean, "requests": [[f"r{i}", 2 if drafting else 0, a]
+                                         for i, a in enumerate(accepted)]}
+    return {**line, **({"mode": mode} if mode else {})}
+
+
+def test_drafting_is_charged_at_the_plain_price_of_every_mode_and_split_by_mode():
+    lines = [
+        step(0.00, 0.010),                               # auto, plain: 2 tokens in 10 ms
+        step(0.01, 0.020, True, (1, 0)),                 # auto, drafting: 3 tokens in 20 ms
+        step(0.03, 0.010, mode="cycle"),                 # drafts off, plain
+        step(0.04, 0.012, True, (2, 2), mode="cycle"),   # a fixed size: 6 tokens in 12 ms
+    ]
+    assert plain_medians(lines) == {2: 0.010}
+    auto, auto_s = losses(lines, "auto")
+    # 20 ms against 3 tokens at 5 ms each: 5 ms lost
+    assert abs(auto[2]["lost_s"] - 0.005) < 1e-12 and auto[2]["drafting_steps"] == 1
+    assert abs(auto_s - 0.030) < 1e-12
+    fixed, _ = losses(lines, "cycle")
+    assert abs(fixed[2]["lost_s"] - (0.012 - 0.030)) < 1e-12  # a gain
+    both, total = losses(lines)
+    assert abs(both[2]["lost_s"] - (0.005 - 0.018)) < 1e-12 and abs(total - 0.052) < 1e-12
+
+
+def test_batch_changes_are_timed_from_the_step_before_and_idle_gaps_left_out():
+    lines = [step(0.000, 0.01), step(0.015, 0.01, clean=False),  # a join: 15 ms
+             step(0.025, 0.01), step(3.000, 0.01, clean=False),   # after idle: not counted
+             step(3.010, 0.01, mode="cycle"), step(3.030, 0.01, clean=False, mode="cycle")]
+    n, seconds = batch_changes(lines, "auto")
+    assert n == 1 and abs(seconds - 0.015) < 1e-12
+    n, seconds = batch_changes(lines, "cycle")
+    assert n == 1 and abs(seconds - 0.020) < 1e-12
