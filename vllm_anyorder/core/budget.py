@@ -91,7 +91,6 @@ class BudgetController:
         self.kept = KeptDecision(settings.closed_hold)  # a decision used a few steps
         self.measured = 0  # steps whose cost was measured
         self._shapes: set[int] = set()  # row counts a drafting step has run at
-        self.run = 0  # measured drafting steps in a row the controller chose (no probes)
         self.decisions = 0
         self.chosen = 0  # R of the last non-probe decision (hysteresis anchor)
         self.last = Decision()
@@ -139,9 +138,8 @@ class BudgetController:
                 self.trust.observe(batch or self.last.batch, rows)
                 if batch:
                     self.prices.observe(batch, rows, seconds, stage)
-            settled = drafting and not self.last.probe  # chosen, not probed
-            self.run = self.run + 1 if settled else 0
-            self.reality.observe(batch, drafting, self.run, tokens, seconds, self.decisions)
+            self.reality.observe(batch, drafting, self.last.probe, tokens, seconds,
+                                 self.decisions)
             if batch and tokens:  # the guard's baseline: plain steps measured at this batch,
                 # their mean (drafting steps are charged what they took, not a low quantile)
                 self.guard.observe(drafting, charged, tokens, batch, self.cost.typical(batch))

@@ -141,4 +141,3 @@ class Acceptance:
         for req_id in [r for r in self.requests if r not in live]:
             del self.requests[req_id]
             self._judged.pop(req_id, None)
-

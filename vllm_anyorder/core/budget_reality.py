@@ -14,8 +14,10 @@ from __future__ import annotations
 class Realized:
     """Committed tokens per second the engine really got, per batch size and arm (drafting
     or plain), exponentially forgotten: the check on the models' prediction. A model that
-    over-predicts drafting is overruled by what its choices actually gave (``RealityCheck``). The controller feeds it the drafting steps it chose (not its probes: a probe's one-off chain shows what a chain gives when it was
-    never drafted for before) and every plain step."""
+    over-predicts drafting is overruled by what its choices actually gave (``RealityCheck``).
+    It is fed the drafting steps the controller chose (not its probes: a probe's one-off
+    chain shows what a chain gives when it was never drafted for before) and every plain
+    step."""
 
     def __init__(self, decay: float = 0.05, min_drafting: float = 6.0,
                  min_plain: float = 2.0) -> None:
@@ -64,12 +66,15 @@ class RealityCheck:
     def __init__(self, stale_after: int, cold_after_plain: bool = False) -> None:
         self.stale_after = stale_after
         self.realized = None if cold_after_plain else Realized()
+        self.run = 0  # measured drafting steps in a row the controller chose (no probes)
 
-    def observe(self, batch: int, drafting: bool, run: int, tokens: int, seconds: float,
+    def observe(self, batch: int, drafting: bool, probe: bool, tokens: int, seconds: float,
                 now: int) -> None:
-        """One measured step: plain steps, and drafting steps the controller chose after one
-        it also chose (``run`` > 1: the first after plain or a probe drafts a cold chain)."""
-        if self.realized is not None and batch and tokens and (not drafting or run > 1):
+        """One measured step (``probe``: the controller probed in it). Fed: plain steps, and
+        drafting steps the controller chose after one it also chose (the first after plain
+        or a probe drafts a cold chain)."""
+        self.run = self.run + 1 if drafting and not probe else 0
+        if self.realized is not None and batch and tokens and (not drafting or self.run > 1):
             self.realized.observe(batch, drafting, tokens, seconds, now,
                                   self.stale_after if drafting else None)
 
