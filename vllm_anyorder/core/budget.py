@@ -5,13 +5,13 @@ the load and how often this model's drafts are accepted. The controller chooses,
 step, the draft rows R of the whole batch that maximise expected committed tokens per second,
 from what it measured itself (``budget_models``, ``budget_accept``): goodput(R) = (B + sum of
 the R largest gains) / cost(B + R rows), with B the requests of the batch (each commits one
-token anyway), the gains
-g_{i,j} = prod_{m<=j} a_{i,m} the expected accepted drafts the j-th row of request i adds, and
-cost the measured step time (R = 0: the plain-decoding arm). Rows therefore go to the requests
-whose next draft is most likely accepted; R = 0 is plain decoding, which is what makes the
-method never slower than no speculation once the measurements are in. (The SmartSpec / TurboSpec
-goodput rule, here with measured rather than profiled cost and per-position acceptance.)
-The searches over R, on the cost model's predicted step prices: ``core/budget_search``.
+token anyway), the gains g_{i,j} = prod_{m<=j} a_{i,m} the expected accepted drafts the j-th
+row of request i adds (checked against what drafted rows accepted, position by position, and
+scaled to match: ``core/budget_calibration``), and cost the measured step time (R = 0: the
+plain-decoding arm). Rows go to the requests whose next draft is most likely accepted; R = 0
+is plain decoding, which makes the method never slower than no speculation once the
+measurements are in (the SmartSpec / TurboSpec goodput rule, with measured rather than
+profiled cost and per-position acceptance). The searches over R: ``core/budget_search``.
 
 Closed batches (``core/budget_drain``): while nobody waits to take a finished request's place
 (an offline batch, the end of a load), rows go to the requests furthest from finishing and an
@@ -51,6 +51,7 @@ from typing import Callable
 
 from .budget_accept import Acceptance
 from .budget_batch_prices import BatchPrices
+from .budget_calibration import Calibration
 from .budget_drain import ClosedBatch, DrainValue, water_fill
 from .budget_guard import LossGuard
 from .budget_models import StepCost
@@ -83,6 +84,7 @@ class BudgetController:
         self.prices = BatchPrices()  # drafting prices per batch size (budget_batch_prices)
         self.search = RowSearch(self.cost, stages, self.prices)  # prices, row-count searches
         self.accept = Acceptance(settings.max_drafts)
+        self.calibration = Calibration()  # predictions checked against outcomes by position
         self.reality = RealityCheck(settings.stale_after, settings.cold_after_plain)
         self.trust = TrustRegion()
         self.guard = LossGuard(settings.loss_share, settings.loss_horizon)
@@ -147,11 +149,17 @@ class BudgetController:
     def record_verified(self, req_id: str, drafted: int, accepted: int) -> None:
         """One request's verification: ``drafted`` drafts, the first ``accepted`` kept."""
         self.accept.observe(req_id, drafted, accepted)
+        self.calibration.verified(req_id, drafted, accepted)
         self.totals["drafted"] += drafted
         self.totals["accepted"] += accepted
 
+    def expected(self, req_id: str, rows: int) -> list[float]:
+        """The gains the request's next ``rows`` rows are priced at (a trace's record)."""
+        return self.calibration.apply(self.accept.gains(req_id, rows))
+
     def forget(self, live: set[str]) -> None:
         self.accept.forget(live)
+        self.calibration.forget(live)
 
     # ------------------------------------------------------------------ decisions
     def allot(self, req_ids: list[str], limits: list[int],
@@ -284,9 +292,12 @@ class BudgetController:
         return caps
 
     def _gains(self, req_ids: list[str], limits: list[int], most: int) -> list[list[float]]:
-        """Each request's row gains in chain order, up to its limit and ``most``."""
-        return [self.accept.gains(req_id, min(limit, most), MIN_GAIN)
-                for req_id, limit in zip(req_ids, limits)]
+        """Each request's row gains in chain order, up to its limit and ``most``: the
+        acceptance model's, kept to be checked against the outcomes, scaled as that check
+        found them (``budget_calibration``)."""
+        raw = [self.accept.gains(req_id, min(limit, most), MIN_GAIN) for req_id, limit
+               in zip(req_ids, limits)]
+        return self.calibration.priced(req_ids, raw, MIN_GAIN)
 
     def summary(self) -> str:
         """One line, in words, of what the controller chose and why (the periodic log)."""

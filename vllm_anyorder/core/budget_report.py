@@ -38,4 +38,5 @@ def fingerprint(c) -> dict:
                      for k, v in c.cost.tables.items()},
             "accept": [[[round(h, 9), round(n, 9)] for h, n in table]
                        for table in c.accept.engine],
+            "calibration": c.calibration.state(),
             "shapes": sorted(c._shapes)}

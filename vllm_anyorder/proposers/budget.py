@@ -140,6 +140,10 @@ class StepBudget:
                     "clean": clean, "seconds": seconds,
                     "requests": outcomes, **({"unit": unit} if unit else {}),
                     **({"depth": depth} if depth else {}),
+                    # what the controller expected of each verified chain, position by position
+                    # (before this step's outcomes: how well it predicts, trace_losses)
+                    "gains": {r: [round(g, 4) for g in self.controller.expected(r, k)]
+                              for r, k, _ in outcomes if k},
                     **({"guarded": True} if self.controller.last.guarded else {}),
                     **({"probe": True} if self.controller.last.probe else {}),
                     **({"closed": True} if self.controller.last.closed else {}),

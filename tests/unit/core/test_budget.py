@@ -63,9 +63,9 @@ def test_drafting_overhead_without_acceptance_drafts_nothing():
 
 
 def near_break_even(rows, drafting):
-    # every draft accepted: one draft row gives up to 3% more tokens/s than plain decoding
-    # (2 tokens in 19.4 ms against 1 in 10 ms), each further row less than plain
-    return 0.0194 + 0.010 * (rows - 2) if drafting else 0.010
+    # every draft accepted: one draft row gives 2% more tokens/s than plain decoding (2 tokens
+    # in 19.6 ms against 1 in 10 ms), within the 3% margin; each further row less than plain
+    return 0.0196 + 0.010 * (rows - 2) if drafting else 0.010
 
 
 def test_a_gain_within_the_prediction_margin_is_not_taken():
