@@ -15,6 +15,10 @@ their time is the gap since the step before; gaps over ``IDLE`` seconds are idle
 client runs). Drafting takes a closed-loop benchmark's requests out of lock step, so their
 prefills stop sharing steps (issue 22: 26-57 such steps per run under ``auto`` against 15-22
 with drafts off, at T=0.8, c=8).
+
+And for ``auto``, how well the controller predicted: per draft position, the mean gain it
+priced the drafted rows at (trace lines carry each verified chain's ``gains``) against the
+share of them accepted (``core/budget_calibration`` scales the gains to match these).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from benchmarks.budget_replay import read_trace_lines
+from vllm_anyorder.core.budget_calibration import position_bucket
 
 IDLE = 0.5  # seconds: a longer gap before a step is idle time, not that step's
 
@@ -72,6 +77,30 @@ def batch_changes(lines: list[dict], mode: str) -> tuple[int, float]:
     return n, seconds
 
 
+def calibration(lines: list[dict], mode: str = "auto") -> dict[int, tuple[int, float, float]]:
+    """Position bucket (``position_bucket``) -> (drafted rows, mean predicted gain, share
+    accepted) over ``mode``'s verified chains that carry the gains they were priced at."""
+    sums: dict[int, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
+    for line in lines:
+        gains = line.get("gains")
+        if not gains or line.get("mode", "auto") != mode:
+            continue
+        for req_id, drafted, accepted in line["requests"]:
+            for j, g in enumerate(gains.get(req_id, [])[:drafted]):
+                s = sums[position_bucket(j)]
+                s[0] += 1
+                s[1] += g
+                s[2] += j < accepted
+    return {b: (int(n), p / n, a / n) for b, (n, p, a) in sorted(sums.items())}
+
+
+def bucket_label(bucket: int) -> str:
+    """The 1-based draft positions of a position bucket: "3", "9-11"."""
+    positions = [j + 1 for j in range(1024) if position_bucket(j) == bucket]
+    lo, hi = positions[0], positions[-1]
+    return str(lo) if lo == hi else f"{lo}-{hi}"
+
+
 def main(argv: list[str] | None = None) -> None:
     for path in sorted(Path((argv or sys.argv[1:])[0]).glob("*.jsonl")):
         lines = read_trace_lines(path)
@@ -84,6 +113,10 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{path.name} {mode}: drafting lost {lost:.3f} s of {total:.2f} s of clean "
                   f"steps ({100 * lost / total if total else 0:+.2f}%); {changed} batch "
                   f"changes, {changed_s:.2f} s")
+            calib = calibration(lines, mode)
+            if calib:
+                print("  predicted / accepted by draft position: " + " ".join(
+                    f"{bucket_label(b)}: {p:.2f}/{a:.2f} ({n})" for b, (n, p, a) in calib.items()))
             for batch, b in per_batch.items():
                 print(f"  batch {batch:>3}: {b['steps']} steps, {b['drafting_steps']} "
                       f"drafting, plain median {b['plain_ms']:.2f} ms, drafting lost "

@@ -1,7 +1,8 @@
 """``benchmarks/trace_losses``: what drafting steps lost against the same engine's plain steps,
 per budget mode, and the steps in which the batch changed (issue 22)."""
 
-from benchmarks.trace_losses import batch_changes, losses, plain_medians
+from benchmarks.trace_losses import (batch_changes, bucket_label, calibration, losses,
+                                     plain_medians)
 
 
 def step(t, seconds, drafting=False, accepted=(0, 0), clean=True, mode=None):
@@ -37,3 +38,13 @@ def test_batch_changes_are_timed_from_the_step_before_and_idle_gaps_left_out():
     assert n == 1 and abs(seconds - 0.015) < 1e-12
     n, seconds = batch_changes(lines, "cycle")
     assert n == 1 and abs(seconds - 0.020) < 1e-12
+
+
+def test_calibration_compares_the_priced_gains_with_the_accepted_rows_by_position():
+    a = step(0.0, 0.02, True, (2, 0))
+    a["gains"] = {"r0": [0.9, 0.5], "r1": [0.5, 0.1]}  # r0: both accepted, r1: none
+    b = step(0.1, 0.02, True, (1, 0), mode="cycle")
+    b["gains"] = {"r0": [0.9, 0.9], "r1": [0.9, 0.9]}  # another mode: not counted
+    assert calibration([a, b]) == {0: (2, 0.7, 0.5), 1: (2, 0.3, 0.5)}
+    assert calibration([step(0.0, 0.01)]) == {}  # lines without gains
+    assert [bucket_label(b) for b in (0, 7, 8, 9, 10)] == ["1", "8", "9-11", "12-15", "16-22"]
