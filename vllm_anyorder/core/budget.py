@@ -94,7 +94,7 @@ class BudgetController:
         self.measured = 0  # steps whose cost was measured
         self._shapes: set[int] = set()  # row counts a drafting step has run at
         self.decisions = 0
-        self.chosen = 0  # R of the last non-probe decision (hysteresis anchor)
+        self.chosen = (0, 0)  # R of the last non-probe decision and its batch (hysteresis)
         self.last = Decision()
         self.explore = Explorer(settings, self.cost)  # probes (budget_probes)
         self.totals = {"steps": 0, "steps_without_drafts": 0, "drafted": 0, "accepted": 0,
@@ -144,7 +144,7 @@ class BudgetController:
                                  self.decisions)
             if batch and tokens:  # the guard's baseline: plain steps measured at this batch,
                 # their mean (drafting steps are charged what they took, not a low quantile)
-                self.guard.observe(drafting, charged, tokens, batch, self.cost.typical(batch))
+                self.guard.observe(drafting, charged, tokens, batch, self.cost.baseline(batch))
 
     def record_verified(self, req_id: str, drafted: int, accepted: int) -> None:
         """One request's verification: ``drafted`` drafts, the first ``accepted`` kept."""
@@ -223,6 +223,8 @@ class BudgetController:
             def value(r: int) -> float | None:
                 return self.search.goodput(batch, r, prefix[r], depth[r])
         # no more rows than the books can lose if none is accepted (budget_guard)
+        if self.guard.keeping and batch not in self.guard.books:  # opened from a bound
+            self.guard.open(batch, self.cost.baseline(batch))  # (StepCost.baseline)
         room, trusted = self.guard.allowance(batch), min(len(order), reach)
         reach = self.search.affordable(batch, trusted, depth, room)
         if drain:
@@ -232,7 +234,10 @@ class BudgetController:
         else:
             best, best_val = self.search.best_open(batch, prefix, depth, reach, plain, need)
         order = order[:reach]
-        anchor = min(self.chosen, len(order))
+        # the anchor keeps its rows per request: a closed batch's tail that held the rows
+        # chosen at 16 requests drafted 8-deep chains at 6 (issue 22)
+        rows, at = self.chosen
+        anchor = min(round(rows * batch / at) if at else 0, len(order))
         anchor_val = value(anchor) or 0.0
         # hysteresis holds the current choice only while it is predicted no slower than
         # plain decoding: "never slower than no speculation" outranks "do not flap"; leaving
@@ -254,7 +259,7 @@ class BudgetController:
         elif not lost and best == reach < trusted and (value(reach + 1) or 0.0) > best_val:
             # the books' row bound held back one more predicted-better row
             self.totals["guarded"] += 1
-        self.chosen = best
+        self.chosen = (best, batch)
         if not allowed:  # a plain step: no held probe, no probe; the decision says why
             self.explore.held = None
             self.last = Decision(0, batch, False, best_val, plain, guarded=True, closed=closed)

@@ -40,12 +40,14 @@ size owes (its loss share, where positive): under load the batch size moves by o
 requests come and go, and a fresh allowance at each would let every new batch size spend
 one whole allowance on what its neighbour has just learnt does not pay.
 
-No baseline, no drafting: a book opens with the first step whose plain cost at that batch
-size was measured (the controller passes None before ``YOUNG_SAMPLES`` plain steps there),
-and a batch size without a book may not draft (a caller that never reports a step keeps no
-books, and the guard does not bind). A plain cost borrowed from other batch sizes
-can be far off (10.5 ms predicted for a 6.6 ms step at batch 8), and against it losing steps
-were booked as gains; the few plain steps that measure it lose nothing.
+No baseline, no drafting: a book opens once there is a plain cost to charge against
+(:meth:`LossGuard.open`; the controller opens it at its decision), and a batch size without a
+book may not draft (a caller that never reports a step keeps no books, and the guard does not
+bind). The baseline is measured, never predicted: the running mean of plain steps at that
+batch size once ``YOUNG_SAMPLES`` were measured, before that the one of the nearest smaller
+batch size measured (``StepCost.baseline``: a lower bound, so a drafting step is charged at
+least what it lost). A plain cost predicted from other batch sizes can be far off (10.5 ms
+predicted for a 6.6 ms step at batch 8), and against it losing steps were booked as gains.
 """
 
 from __future__ import annotations
@@ -69,18 +71,24 @@ class LossGuard:
         """One measured step: ``tokens`` committed over ``batch`` requests in ``seconds``;
         ``plain_seconds``: a plain step at this batch size (None: not known, not charged)."""
         self.keeping = True
-        book = self.books.get(batch)
-        if book is None:  # opened, once there is a baseline, as if a horizon of it had passed
-            if not plain_seconds:
-                return
-            elapsed = self.horizon * plain_seconds
-            book = self.books[batch] = [elapsed, max(0.0, self._near_share(batch)) * elapsed]
+        book = self.books.get(batch) or self.open(batch, plain_seconds)
+        if book is None:
+            return
         book[0] = book[0] * self.keep + seconds
         book[1] *= self.keep
         if drafting and plain_seconds and batch > 0:
             book[1] += seconds - tokens * plain_seconds / batch
         # credit is capped: steps that paid cannot pay for an unbounded losing stretch later
         book[1] = max(book[1], -self.credit * book[0])
+
+    def open(self, batch: int, plain_seconds: float | None) -> list[float] | None:
+        """This batch size's book, opened (once there is a baseline) as if a horizon of plain
+        steps had passed, owing the nearest book's loss share; None: no baseline yet."""
+        book = self.books.get(batch)
+        if book is None and plain_seconds:
+            elapsed = self.horizon * plain_seconds
+            book = self.books[batch] = [elapsed, max(0.0, self._near_share(batch)) * elapsed]
+        return book
 
     def _near_share(self, batch: int) -> float:
         """The loss share of the book nearest this batch size (the larger on a tie); 0 when

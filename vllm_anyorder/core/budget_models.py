@@ -160,6 +160,26 @@ class StepCost:
         mean = self.tables[False].get(bucket_of(rows))
         return mean.typical if mean is not None and mean.samples >= YOUNG_SAMPLES else None
 
+    def baseline(self, rows: int, spread: float = 0.1) -> float | None:
+        """The loss guard's plain baseline at this row count: its own :meth:`typical` once
+        mature; else, where mature plain buckets lie on both sides whose typicals differ by at
+        most ``spread``, the smaller one's (a plain step of fewer rows costs no more: a lower
+        bound, within ``spread`` of the truth), so against it a drafting step is charged at
+        least what it lost, never booked a gain it did not make. A closed batch's tail meets a
+        new batch size every few steps, and opening each size's book took 4 plain steps
+        (13-26 steps of a batch-16 pass, issue 22). None: no such pair. A bound from far
+        below is not taken: against batch 2's plain steps a batch-16 book went into debt on
+        drafting steps that paid, and the engine ran plain."""
+        own = self.typical(rows)
+        if own is not None:
+            return own
+        mature = [m for m in self.tables[False].values() if m.samples >= YOUNG_SAMPLES]
+        below = max((m for m in mature if m.rows < rows), key=lambda m: m.rows, default=None)
+        above = min((m for m in mature if m.rows > rows), key=lambda m: m.rows, default=None)
+        if below is None or above is None or above.typical > below.typical * (1 + spread):
+            return None
+        return below.typical
+
     def samples(self, rows: int, drafting: bool) -> int:
         """Steps measured at this row count in this arm, all stages together."""
         return sum(m.samples for m in self._at(rows, drafting))

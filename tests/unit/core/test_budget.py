@@ -323,3 +323,19 @@ def test_a_lone_slow_sample_does_not_price_the_rows_beyond_it():
     for _ in range(2):  # it is really that slow: three samples make it mature
         cost.observe(14, True, 0.030, 2)
     assert cost.predict(14, True) == pytest.approx(0.030)
+
+
+def test_the_hysteresis_anchor_keeps_its_rows_per_request_as_the_batch_shrinks():
+    """A closed batch's tail: 48 rows chosen at 16 requests (3 a request), held as 48 at 6
+    requests, drafted 8-deep chains there (issue 22). Predictions stubbed: every drafting row
+    count predicted alike, so hysteresis holds the anchor."""
+    ctl = BudgetController(BudgetSettings(max_drafts=16))
+    ctl.chosen = (48, 16)
+    ctl.search.goodput = lambda batch, r, gain, depth=0: 1.0 if r else 0.5
+    ctl.search.best_open = lambda batch, prefix, depth, most, plain, need: (6, 1.0)
+    ctl.search.affordable = lambda batch, most, depth, room: most
+    ctl.search.free_switch = lambda *args: False
+    ctl.trust.reach = lambda batch: 256
+    ctl.explore.choose = lambda best, *args: (best, False)
+    caps = ctl.allot([f"r{i}" for i in range(6)], [16] * 6)
+    assert caps == [3] * 6

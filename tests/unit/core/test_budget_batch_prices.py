@@ -36,8 +36,19 @@ def test_between_points_a_line_below_them_a_draft_rows_cost_past_them_the_pooled
     assert abs(p.price(16, 40, 1, none) - 0.0080) < 1e-12
     assert abs(p.price(16, 17, 1, none) - (0.0072 - 15 * 0.0001)) < 1e-12
     assert abs(p.price(16, 64, 1, lambda n: 0.001 + 0.0002 * n) - (0.0088 + 16 * 0.0002)) < 1e-12
-    measured(p, 8, 16, 0.0053)  # one point: the least slope of the others
+    measured(p, 8, 16, 0.0053)  # one point, no pooled curve: the least slope of the others
     assert abs(p.price(8, 10, 1, none) - (0.0053 - 6 * 0.0001)) < 1e-12
+
+
+def test_below_its_one_point_a_batch_size_is_priced_by_the_pooled_curves_fall():
+    """A closed batch's tail at 4 requests measured only its deep chains (26 rows, 49.5 ms):
+    flat from there, every fewer row count was priced as dear and drafting never paid again
+    (784 of 800 simulated steps plain, issue 22); the pooled curve's fall prices them."""
+    p = BatchPrices()
+    measured(p, 4, 26, 0.0495)
+    pooled = lambda n: 0.0105 + 0.0015 * n  # noqa: E731 (the drafting arm's curve)
+    assert abs(p.price(4, 8, 1, pooled) - (0.0495 - 18 * 0.0015)) < 1e-12
+    assert p.price(4, 26, 1, pooled) == 0.0495
 
 
 def test_a_point_follows_faster_steps_fast_and_slower_ones_slowly():

@@ -347,7 +347,7 @@ def test_the_closed_search_values_every_round_end():
         for r in ids:
             ctl.record_verified(r, 3, 2)  # two drafts accepted, the third never
     ctl.allot(ids, [3] * batch)  # the batch joins together
-    ctl.chosen = 0  # coming from plain steps: no anchor up there
+    ctl.chosen = (0, 0)  # coming from plain steps: no anchor up there
     caps = ctl.allot(ids, [3] * batch, lambda: [100] * batch)
     assert ctl.last.closed and caps == [2] * batch
 

@@ -14,7 +14,7 @@ import pytest
 from vllm_anyorder.core.budget import BudgetController
 from vllm_anyorder.core.budget_settings import BudgetSettings
 from vllm_anyorder.core.budget_guard import LossGuard
-from vllm_anyorder.core.budget_models import YOUNG_SAMPLES
+from vllm_anyorder.core.budget_models import YOUNG_SAMPLES, StepCost
 from tests.unit.core.test_budget import verify
 
 PLAIN = 0.0116  # seconds of a plain step at batch 8 (ar-target-large, this CPU, bf16)
@@ -228,3 +228,35 @@ def test_one_stalled_step_does_not_stop_drafting_that_pays():
     assert calm > 180  # drafting pays: nearly every step drafts
     assert stalled > 0.9 * calm
     assert ctl.totals["stalls"] == 1
+
+
+def test_the_plain_baseline_is_a_bound_from_the_nearest_batch_sizes_measured():
+    cost = StepCost()
+    for _ in range(YOUNG_SAMPLES):
+        cost.observe(6, False, 0.0060, 0)
+        cost.observe(8, False, 0.0064, 0)
+        cost.observe(2, False, 0.0040, 0)
+    assert cost.baseline(8) == pytest.approx(0.0064)  # its own mean once measured
+    assert cost.baseline(7) == pytest.approx(0.0060)  # the smaller neighbour: a lower bound
+    assert cost.baseline(4) is None  # 2 and 6 differ by 50%: too loose a bound
+    assert cost.baseline(12) is None  # nothing measured above: no bound
+    assert cost.baseline(1) is None
+
+
+def test_a_closed_batchs_tail_drafts_at_a_batch_size_it_ran_no_plain_step_at():
+    """Drafting pays at batch 8 and 6 (both measured, plain and drafting); the batch then runs
+    at 7, where no plain step was measured. Its book opens from batch 6's plain steps, and its
+    first decision drafts (before: none until three plain steps at 7 opened the book)."""
+    rng = random.Random(4)
+    ctl = BudgetController(BudgetSettings(max_drafts=4))
+    for batch in (8, 6):
+        ids = [f"b{batch}r{i}" for i in range(batch)]
+        for _ in range(120):
+            caps = ctl.allot(ids, [4] * batch)
+            rows = batch + sum(caps)
+            committed = verify(ctl, rng, ids, caps, [0.8] * batch)
+            ctl.record_step(rows, any(caps), 0.006 + 0.00005 * rows, batch, committed)
+    assert ctl.cost.typical(7) is None and 7 not in ctl.guard.books
+    ids = [f"b8r{i}" for i in range(7)]  # batch 8 less one request
+    assert any(ctl.allot(ids, [4] * 7))
+    assert ctl.guard.books[7][0] == pytest.approx(ctl.guard.horizon * ctl.cost.typical(6))

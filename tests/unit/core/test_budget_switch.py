@@ -98,7 +98,7 @@ def stubbed(anchor_val: float, plain_val: float, excess: float) -> BudgetControl
     plain ``plain_val`` tokens / s at 5 ms a step, any drafting row count ``anchor_val``;
     leaving drafting measured at ``excess`` seconds; no probe, books and trust wide open."""
     ctl = BudgetController(BudgetSettings(max_drafts=4))
-    ctl.chosen, ctl.switch.last = 16, True
+    ctl.chosen, ctl.switch.last = (16, 16), True
     ctl.switch.excess = lambda: excess
     ctl.search.goodput = lambda batch, r, gain, depth=0: anchor_val if r else plain_val
     ctl.search.seconds = lambda batch, r, depth=0: 0.005

@@ -5,6 +5,7 @@ from vllm_anyorder.core.jacobi_refined import RefinedPositions
 
 def test_only_positions_the_last_verification_refined_are_counted():
     r = RefinedPositions()
+    r.warmup = 0  # the counting rule alone (past a request's warm-up)
     assert r.counted([("a", 8, 3)]) == []  # nothing refined yet: a cold chain teaches nothing
     # 8 drafted, 3 accepted: the next chain's first 5 positions are new iterates, so of the
     # next 8 drafts (6 accepted) only the first 5 count
@@ -16,6 +17,7 @@ def test_only_positions_the_last_verification_refined_are_counted():
 
 def test_a_step_without_drafts_shifts_the_iterate_and_refines_nothing():
     r = RefinedPositions()
+    r.warmup = 0  # the counting rule alone (past a request's warm-up)
     r.counted([("a", 6, 2)])  # 4 refined
     r.counted([("a", 0, 0)])
     assert r.depth["a"] == 3
@@ -24,6 +26,7 @@ def test_a_step_without_drafts_shifts_the_iterate_and_refines_nothing():
 
 def test_departed_requests_are_forgotten():
     r = RefinedPositions()
+    r.warmup = 0  # the counting rule alone (past a request's warm-up)
     r.counted([("a", 4, 1), ("b", 4, 0)])
     r.forget({"b"})
     assert set(r.depth) == {"b"} and r.probe_hold == 2
@@ -37,6 +40,7 @@ def test_it_is_a_budget_counting_rule():
 
 def test_positions_drafted_anew_count_like_refined_ones():
     r = RefinedPositions()
+    r.warmup = 0  # the counting rule alone (past a request's warm-up)
     r.counted([("a", 4, 4)])  # accepted whole: nothing of the next chain is refined
     assert r.counted([("a", 8, 8)]) == []
     # a chain whose first 6 drafts were spliced from a pooled n-gram: those 6 were judged
@@ -63,3 +67,18 @@ def test_a_spliced_chain_reports_its_length():
     off = JacobiState(JacobiSettings(block_size=8, recycle="off"), loop)
     off.next_chain(4)
     assert off.spliced == 0
+
+
+def test_a_requests_first_two_drafting_steps_are_not_counted():
+    """Its iterates start from nothing: accepted per draft 0.02-0.18 in a request's first two
+    drafting steps against 0.36-0.60 from its fourth (batch 16, issue 22); counted, they kept
+    every new batch's first steps plain."""
+    r = RefinedPositions()
+    r.drafted("a", 4)
+    assert r.counted([("a", 4, 0)]) == []  # from nothing (the splice too: the prompt's)
+    assert r.counted([("a", 4, 0)]) == []  # refined once
+    assert r.counted([("a", 4, 1)]) == [("a", 4, 1)]  # warm
+    r.counted([("a", 0, 0)])  # plain steps do not make it cold again: the pool heads it
+    r.drafted("a", 2)
+    assert r.counted([("a", 4, 2)]) == [("a", 2, 2)]
+    assert r.counted([("b", 0, 0)]) == [] and "b" not in r.runs  # no drafts: no warm-up
