@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -39,7 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks import configs
+from benchmarks import configs, serve_probe
 from benchmarks.common import (DEFAULT_MODEL, REPO, cpu_dtype, load_prompts, machine_info,
                                repetition_share)
 from benchmarks.load_clients import worker_set_budget_mode
@@ -143,11 +144,14 @@ def run_method(label: str, row: Row, args, workdir: Path, prompts: Path,
                 worker_set_budget_mode(server.base, mode)
             result = workdir / f"{name}-{dataset}-c{concurrency}-r{rate}.json"
             cmd = client_command(args, server.base, dataset, prompts, concurrency, rate, result)
+            before = serve_probe.snapshot(server) if args.probe else None
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
             if proc.returncode != 0 or not result.exists():
                 raise RuntimeError(f"{label}: vllm bench serve failed ({proc.returncode}):\n"
                                    f"{' '.join(cmd)}\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}")
             raw = json.loads(result.read_text())
+            probe = serve_probe.difference(before, serve_probe.snapshot(server),
+                                           raw["total_output_tokens"]) if args.probe else None
             texts = raw.get("generated_texts") or []
             repeated = text_repetition(texts, args.tokenizer)
             raw = {k: v for k, v in raw.items() if k not in PER_REQUEST}
@@ -156,10 +160,15 @@ def run_method(label: str, row: Row, args, workdir: Path, prompts: Path,
                          "request_rate": rate, "temperature": args.temperature,
                          "startup_s": startup_s, **{k: raw.get(k) for k in KEPT},
                          "repetition_share": repeated, "outputs_sha1": hashlib.sha1(
-                             json.dumps(texts).encode()).hexdigest(), "raw": raw})
+                             json.dumps(texts).encode()).hexdigest(), "raw": raw,
+                         **({"probe": probe} if probe else {})})
             print(f"{name:>12} {dataset:>6} c={concurrency:<3} rate={rate:<4} "
                   f"{raw['output_throughput']:8.1f} tok/s  TPOT {raw['mean_tpot_ms']:7.2f} ms"
                   f"  repeated 4-grams {repeated:.0%}", flush=True)
+            if probe:
+                print(f"{'':>12} per step: period {probe['period_ms']:.3f} ms, forward "
+                      f"{probe['forward_ms']:.3f}, engine {probe['engine_ms']:.3f}; CPU ms per "
+                      f"token: {probe['cpu_ms_per_token']}", flush=True)
     return rows
 
 
@@ -232,6 +241,9 @@ def parse_args(argv: list[str] | None):
                     "comma-separated by ';': each plugin method's server runs every point once "
                     "per mode, switched live (rows LABEL@MODE): compares modes without the "
                     "spread between server instances")
+    ap.add_argument("--probe", action="store_true", help="servers with the step-timing "
+                    "patch; each run also records ms per step (period, forward, engine) and "
+                    "each server process's CPU ms per token (benchmarks/serve_probe.py)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
@@ -245,6 +257,8 @@ def parse_args(argv: list[str] | None):
 
 def main(argv: list[str] | None = None) -> Path:
     args = parse_args(argv)
+    if args.probe:  # the servers inherit it (load_test.Server)
+        os.environ["VLLM_ANYORDER_STEP_TIMING"] = "1"
     from transformers import AutoTokenizer
 
     args.tokenizer = AutoTokenizer.from_pretrained(str(args.model))

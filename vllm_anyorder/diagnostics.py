@@ -120,6 +120,13 @@ class AnyorderWorkerExtension:
     def anyorder_memory(self) -> dict[str, float]:
         return memory_of()
 
+    def anyorder_step_timing(self) -> dict[str, float]:
+        """This worker's step sums (``patches/step_timing.py``; zeros unless the server runs
+        with ``VLLM_ANYORDER_STEP_TIMING=1``)."""
+        from vllm_anyorder.patches import step_timing
+
+        return dict(step_timing.TOTALS)
+
     def anyorder_set_budget_mode(self, mode: str) -> str:
         """A benchmark hook: switch the live budget controller's mode (``auto``, ``fixed``,
         ``cycle:...``; what ``auto`` learnt is kept), so one server compares modes without

@@ -1,0 +1,45 @@
+"""Where a live server's time goes during one client run (``bench_serve --probe``).
+
+Two readings, taken before and after each ``vllm bench serve`` run against a server started
+with ``VLLM_ANYORDER_STEP_TIMING=1`` (``patches/step_timing.py``):
+- the worker's step sums over vLLM's dev-mode ``/collective_rpc``
+  (``AnyorderWorkerExtension.anyorder_step_timing``): milliseconds per step of the period
+  (one ``execute_model`` start to the next), the model forward, and the rest (``engine``:
+  scheduling, the hand-offs between processes, sampling, the proposer);
+- CPU seconds of each process of the server's tree (``psutil``), by process title (the API
+  server, ``VLLM::EngineCore``, the worker): which process pays for a speculative path that
+  drafts nothing, on 2 cores where the client shares them too.
+"""
+
+from __future__ import annotations
+
+import psutil
+
+from benchmarks.load_clients import _worker_rpc
+
+
+def snapshot(server) -> dict:
+    """The worker's step sums and each server process's CPU seconds, now."""
+    cpu = {}
+    for p in server.tree():
+        try:
+            t = p.cpu_times()
+            cpu[f"{p.pid}:{p.name()}"] = t.user + t.system
+        except psutil.Error:
+            continue
+    return {"steps": _worker_rpc(server.base, "anyorder_step_timing")[0], "cpu": cpu}
+
+
+def difference(before: dict, after: dict, tokens: int) -> dict:
+    """Per step (ms) and per generated token (CPU ms per process) between two snapshots."""
+    s0, s1 = before["steps"], after["steps"]
+    d = {k: s1[k] - s0[k] for k in s1}
+    calls, steps = max(1, d["calls"]), max(1, d["steps"])
+    period, forward = 1e3 * d["period_s"] / steps, 1e3 * d["forward_s"] / calls
+    cpu = {name.split(":", 1)[1]: round(1e3 * (t - before["cpu"].get(name, 0.0))
+                                        / max(1, tokens), 4)
+           for name, t in after["cpu"].items()}
+    return {"steps": int(d["steps"]), "period_ms": round(period, 4),
+            "forward_ms": round(forward, 4), "engine_ms": round(period - forward, 4),
+            "sample_ms": round(1e3 * d["sample_s"] / calls, 4),
+            "cpu_ms_per_token": cpu}
