@@ -19,8 +19,9 @@ their guess is as good in a long chain as in a short one, so they count like ref
 Without them, a request in a loop (every chain accepted whole, so nothing left refined)
 would never teach the budget that its deep positions hold.
 
-A request's first two drafting steps count not at all: its iterates start from nothing (the
-pool holds only the prompt's n-grams), and they are accepted a tenth as often as later ones.
+A request's first two drafting steps within its first eight steps count not at all: its
+iterates start from nothing (the pool holds only the prompt's n-grams), and they are accepted
+a tenth as often as later ones.
 Counted, every new batch's requests were priced by them (the young class of
 ``core.budget_accept``), and each batch's first dozen steps ran plain where fixed chains paid.
 
@@ -45,11 +46,19 @@ class RefinedPositions:
     # 0.02-0.10 and 0.02-0.18 in a request's first two drafting steps, 0.36-0.60 from its
     # fourth; 0.45-0.51 in the first steps after plain ones, whose chains the pool heads)
     warmup = 2
+    # ... but only within a request's first steps, while its pool holds little more than the
+    # prompt: a request that first drafts later (a probe from plain decoding) heads its chain
+    # with n-grams of its own text, and uncounted, probes that reach each request once or
+    # twice in its life taught nothing: a batch-4 engine ran 99% of its steps plain, 6
+    # probes in ~3,000 steps and no draft ever counted (0.96x no speculation, 0.65 of
+    # ``cycle:4``; issue 22)
+    warmup_window = 8
 
     def __init__(self) -> None:
         self.depth: dict[str, int] = {}  # req_id -> leading refined positions of its chain
         self.fresh: dict[str, int] = {}  # req_id -> leading positions its chain drafted anew
         self.runs: dict[str, int] = {}  # req_id -> drafting steps verified (up to warmup)
+        self.age: dict[str, int] = {}  # req_id -> steps seen (up to warmup_window + 1)
 
     def drafted(self, req_id: str, fresh: int) -> None:
         """The request's next chain leads with ``fresh`` positions drafted anew this step
@@ -63,7 +72,8 @@ class RefinedPositions:
         for req_id, k, accepted in outcomes:
             refined = self.depth.get(req_id, 0)
             judged = max(refined, self.fresh.pop(req_id, 0))
-            warm = self.runs.get(req_id, 0) >= self.warmup
+            age = self.age[req_id] = min(self.age.get(req_id, 0) + 1, self.warmup_window + 1)
+            warm = self.runs.get(req_id, 0) >= self.warmup or age > self.warmup_window
             if k and not warm:
                 self.runs[req_id] = self.runs.get(req_id, 0) + 1
             elif k and judged:
@@ -74,6 +84,6 @@ class RefinedPositions:
         return out
 
     def forget(self, live: set[str]) -> None:
-        for known in (self.depth, self.fresh, self.runs):
+        for known in (self.depth, self.fresh, self.runs, self.age):
             for req_id in [r for r in known if r not in live]:
                 del known[req_id]

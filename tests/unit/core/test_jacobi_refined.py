@@ -82,3 +82,16 @@ def test_a_requests_first_two_drafting_steps_are_not_counted():
     r.drafted("a", 2)
     assert r.counted([("a", 4, 2)]) == [("a", 2, 2)]
     assert r.counted([("b", 0, 0)]) == [] and "b" not in r.runs  # no drafts: no warm-up
+
+
+def test_drafting_that_starts_after_a_requests_first_steps_counts_at_once():
+    """The warm-up applies within a request's first steps only: a probe that reaches a request
+    once in its life must teach the budget something, or an engine that started plain stays
+    plain (seen: a batch-4 engine, 99% of its steps plain, no draft ever counted, issue 22)."""
+    r = RefinedPositions()
+    for _ in range(r.warmup_window):
+        assert r.counted([("a", 0, 0)]) == []  # plain steps
+    r.drafted("a", 3)
+    assert r.counted([("a", 3, 1)]) == [("a", 3, 1)]  # its first drafting step, counted
+    r.forget(set())
+    assert not r.age and not r.runs
