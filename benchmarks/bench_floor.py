@@ -43,6 +43,7 @@ from benchmarks import configs as C  # noqa: E402
 from benchmarks.bench_budget import TARGETS, _default_row, _with_budget, random_twin  # noqa: E402
 from benchmarks.common import REPO, load_prompts, machine_info  # noqa: E402
 from benchmarks.compare import Config, compare  # noqa: E402
+from vllm_anyorder.patches.step_timing import per_step  # noqa: E402
 
 TIMING_ENV = {"VLLM_ANYORDER_STEP_TIMING": "1"}
 
@@ -55,15 +56,6 @@ def step_probe(llm) -> dict:
         return dict(step_timing.TOTALS)
 
     return llm.collective_rpc(read)[0]
-
-
-def per_step(probe: dict) -> dict:
-    """Milliseconds per step: period, forward, engine (period - forward), sample_tokens."""
-    calls, steps = max(1, probe["calls"]), max(1, probe["steps"])
-    period = 1e3 * probe["period_s"] / steps
-    forward = 1e3 * probe["forward_s"] / calls
-    return {"period": period, "forward": forward, "engine": period - forward,
-            "sample": 1e3 * probe["sample_s"] / calls}
 
 
 def floor_table(rows: list[dict]) -> list[dict]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import psutil
 
 from benchmarks.load_clients import _worker_rpc
+from vllm_anyorder.patches.step_timing import per_step
 
 
 def snapshot(server) -> dict:
@@ -33,13 +34,10 @@ def snapshot(server) -> dict:
 def difference(before: dict, after: dict, tokens: int) -> dict:
     """Per step (ms) and per generated token (CPU ms per process) between two snapshots."""
     s0, s1 = before["steps"], after["steps"]
-    d = {k: s1[k] - s0[k] for k in s1}
-    calls, steps = max(1, d["calls"]), max(1, d["steps"])
-    period, forward = 1e3 * d["period_s"] / steps, 1e3 * d["forward_s"] / calls
+    split = per_step({k: s1[k] - s0[k] for k in s1})
     cpu = {name.split(":", 1)[1]: round(1e3 * (t - before["cpu"].get(name, 0.0))
                                         / max(1, tokens), 4)
            for name, t in after["cpu"].items()}
-    return {"steps": int(d["steps"]), "period_ms": round(period, 4),
-            "forward_ms": round(forward, 4), "engine_ms": round(period - forward, 4),
-            "sample_ms": round(1e3 * d["sample_s"] / calls, 4),
+    return {"steps": int(s1["steps"] - s0["steps"]),
+            **{f"{k}_ms": round(v, 4) for k, v in split.items()},
             "cpu_ms_per_token": cpu}

@@ -59,3 +59,13 @@ def _timed(fn, key: str, starts_step: bool = False):
             TOTALS[key] += time.perf_counter() - start
 
     return timed
+
+
+def per_step(sums: dict) -> dict:
+    """Milliseconds per step from :data:`TOTALS` (or the difference of two readings): period,
+    forward, engine (period - forward: the engine's own work) and ``sample_tokens``."""
+    calls, steps = max(1, sums["calls"]), max(1, sums["steps"])
+    period = 1e3 * sums["period_s"] / steps
+    forward = 1e3 * sums["forward_s"] / calls
+    return {"period": period, "forward": forward, "engine": period - forward,
+            "sample": 1e3 * sums["sample_s"] / calls}
