@@ -52,7 +52,7 @@ from typing import Callable
 from .budget_accept import Acceptance
 from .budget_batch_prices import BatchPrices
 from .budget_calibration import Calibration
-from .budget_drain import ClosedBatch, DrainValue, water_fill
+from .budget_drain import ClosedBatch, DrainValue, on_grid, water_fill
 from .budget_guard import LossGuard
 from .budget_models import StepCost
 from .budget_probes import Explorer
@@ -194,8 +194,9 @@ class BudgetController:
         # a closed batch is valued by the time to finish it (budget_drain); one request: same
         left = self.closed.tokens_left(req_ids, remaining)
         closed = left is not None
+        young = self.accept.young(req_ids)
         held = self.kept.reuse(req_ids, limits, closed,
-                               lambda plain: self._may_keep(batch, plain))
+                               lambda plain: self._may_keep(batch, plain), young)
         if held is not None:
             return held
         plain = self.search.goodput(batch, 0, 0.0)
@@ -204,7 +205,12 @@ class BudgetController:
             return [0] * batch
         # the trust region (budget_rows.TrustRegion) bounds choices and probes alike
         reach = self.trust.reach(batch)
-        own = self._gains(req_ids, limits, reach)  # each request's, in chain order
+        # each request's, in chain order; a closed batch's drain forecasts every request's
+        # finish, dozens of steps off, where a request's last few steps (bursts: a loop found,
+        # a chain converged) mislead: priced by its class's engine-wide rates there (issue 22,
+        # ``jacobi`` batch 16: per-request rates left a third of the rows undrafted and
+        # ``cycle:2`` / ``auto`` 1.11, engine-wide 1.06, medians of six runs)
+        own = self._gains(req_ids, limits, reach, personal=not closed)
         order = water_fill(left, own, reach) if closed else ranked_rows(own, reach)  # best first
         gains = [g for g, _ in order]
         prefix = prefix_sums(gains)
@@ -238,6 +244,8 @@ class BudgetController:
         # chosen at 16 requests drafted 8-deep chains at 6 (issue 22)
         rows, at = self.chosen
         anchor = min(round(rows * batch / at) if at else 0, len(order))
+        if drain:  # only counts the drain search values (an open step's 33 at batch 16: 49
+            anchor = on_grid(anchor, batch)  # rows, 0.2-0.4 ms over 48, held; issue 22)
         anchor_val = value(anchor) or 0.0
         # hysteresis holds the current choice only while it is predicted no slower than
         # plain decoding: "never slower than no speculation" outranks "do not flap"; leaving
@@ -263,7 +271,7 @@ class BudgetController:
         if not allowed:  # a plain step: no held probe, no probe; the decision says why
             self.explore.held = None
             self.last = Decision(0, batch, False, best_val, plain, guarded=True, closed=closed)
-            self.kept.keep(req_ids, [0] * batch, closed)
+            self.kept.keep(req_ids, [0] * batch, closed, young)
             return [0] * batch
         held = self.explore.held_rows(batch, len(order))
         if held is not None:  # an upward probe holding its row count
@@ -277,7 +285,7 @@ class BudgetController:
         self.last = Decision(rows, batch, probe, best_val, plain, closed=closed, lost=lost)
         caps = caps_of(order, rows, batch)
         if not probe and (closed or not rows):  # kept a few steps (KeptDecision.reuse)
-            self.kept.keep(req_ids, caps, closed)
+            self.kept.keep(req_ids, caps, closed, young)
         return caps
 
     def _may_keep(self, batch: int, plain: bool) -> bool:
@@ -296,12 +304,13 @@ class BudgetController:
         self.last = Decision(sum(caps), len(limits), True, best_val, plain)
         return caps
 
-    def _gains(self, req_ids: list[str], limits: list[int], most: int) -> list[list[float]]:
+    def _gains(self, req_ids: list[str], limits: list[int], most: int,
+               personal: bool = True) -> list[list[float]]:
         """Each request's row gains in chain order, up to its limit and ``most``: the
-        acceptance model's, kept to be checked against the outcomes, scaled as that check
-        found them (``budget_calibration``)."""
-        raw = [self.accept.gains(req_id, min(limit, most), MIN_GAIN) for req_id, limit
-               in zip(req_ids, limits)]
+        acceptance model's (``personal``: with the request's own counts), kept to be checked
+        against the outcomes, scaled as that check found them (``budget_calibration``)."""
+        raw = [self.accept.gains(req_id, min(limit, most), MIN_GAIN, personal)
+               for req_id, limit in zip(req_ids, limits)]
         return self.calibration.priced(req_ids, raw, MIN_GAIN)
 
     def summary(self) -> str:

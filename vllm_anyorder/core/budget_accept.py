@@ -66,20 +66,21 @@ class Acceptance:
         if age == SETTLED:
             self._engine_rates[SETTLED] = None
         engine = self.engine[age]
-        own = self.requests.setdefault(req_id, [[0.0, 0.0] for _ in range(self.n)])
-        judged = min(drafted, accepted + 1)  # positions this chain had judged
-        if judged > self._judged.get(req_id, 0):
+        own = self.requests.get(req_id)
+        if own is None:
+            own = self.requests[req_id] = [[0.0, 0.0] for _ in range(self.n)]
+        judged = min(drafted, accepted + 1)  # positions this chain had judged (the rule stops
+        if judged > self._judged.get(req_id, 0):  # at the first rejection: later ones never)
             self._judged[req_id] = judged
-        for j in range(drafted):
-            if j > accepted:  # never judged: the chain was cut at position accepted + 1
-                break
+        fade = 1.0 - self.decay  # engine-wide: exponentially forgotten, the last ~1/decay trials
+        keep = 1.0 - self.request_decay  # a request's own rate follows its recent steps
+        for j in range(judged):
             hit = 1.0 if j < accepted else 0.0
-            counts = engine[j]  # exponentially forgotten: the last ~1/decay trials
-            counts[0] = counts[0] * (1.0 - self.decay) + hit
-            counts[1] = counts[1] * (1.0 - self.decay) + 1.0
-            keep = 1.0 - self.request_decay  # a request's own rate follows its recent steps
-            own[j][0] = own[j][0] * keep + hit
-            own[j][1] = own[j][1] * keep + 1.0
+            counts, mine = engine[j], own[j]
+            counts[0] = counts[0] * fade + hit
+            counts[1] = counts[1] * fade + 1.0
+            mine[0] = mine[0] * keep + hit
+            mine[1] = mine[1] * keep + 1.0
 
     def engine_rates(self, age: int = SETTLED) -> list[float]:
         """Engine-wide rate per position; a position seldom tried leans on the one before it
@@ -109,21 +110,31 @@ class Acceptance:
         w = self.request_weight
         return (own[j][0] + w * engine) / (own[j][1] + w)
 
-    def gains(self, req_id: str | None, n: int, floor: float = 0.0) -> list[float]:
+    def gains(self, req_id: str | None, n: int, floor: float = 0.0,
+              personal: bool = True) -> list[float]:
         """Expected accepted drafts added by each of the first n rows: g_j = prod_{m<=j} a_m,
-        stopping before the first gain below ``floor``."""
+        stopping before the first gain below ``floor``. ``personal=False``: the engine-wide
+        rates of the request's age class, without its own counts (a forecast over the rest of
+        its life rather than its next step: the closed-batch drain, ``core/budget.py``)."""
         engine, w = self.engine_rates(self.age_class(req_id)), self.request_weight
-        own = self.requests.get(req_id) if req_id is not None else None
+        own = self.requests.get(req_id) if req_id is not None and personal else None
         last = self.n - 1
         out, run = [], 1.0
         for j in range(n):
             k = j if j < last else last
-            a = engine[k] if own is None else (own[k][0] + w * engine[k]) / (own[k][1] + w)
-            run *= a
+            if own is None:
+                run *= engine[k]
+            else:
+                hits, tries = own[k]
+                run *= (hits + w * engine[k]) / (tries + w)
             if run < floor:
                 break
             out.append(run)
         return out
+
+    def young(self, req_ids: list[str]) -> int:
+        """How many of these requests are in their first ``young_steps`` steps."""
+        return sum(1 for r in req_ids if self.age_class(r) == YOUNG)
 
     def relax(self, req_id: str) -> None:
         """A step in which the request did not draft: its own counts fade as if a step of

@@ -160,16 +160,19 @@ class StepCost:
         mean = self.tables[False].get(bucket_of(rows))
         return mean.typical if mean is not None and mean.samples >= YOUNG_SAMPLES else None
 
-    def baseline(self, rows: int, spread: float = 0.1) -> float | None:
+    def baseline(self, rows: int, spread: float = 1.0) -> float | None:
         """The loss guard's plain baseline at this row count: its own :meth:`typical` once
-        mature; else, where mature plain buckets lie on both sides whose typicals differ by at
-        most ``spread``, the smaller one's (a plain step of fewer rows costs no more: a lower
-        bound, within ``spread`` of the truth), so against it a drafting step is charged at
-        least what it lost, never booked a gain it did not make. A closed batch's tail meets a
-        new batch size every few steps, and opening each size's book took 4 plain steps
-        (13-26 steps of a batch-16 pass, issue 22). None: no such pair. A bound from far
-        below is not taken: against batch 2's plain steps a batch-16 book went into debt on
-        drafting steps that paid, and the engine ran plain."""
+        mature; else, between the nearest mature plain buckets on both sides, the line through
+        their typicals, where the larger costs at most ``spread`` more than the smaller. None:
+        no such pair. A closed batch's tail meets a new batch size every few steps, and a book
+        waits for its baseline (drafting is not allowed before): from the smaller neighbour
+        alone, within 10% of the larger, the tail of a batch-16 ``jacobi`` pass still ran 3-7
+        plain steps at each new size down to 12, a sixth of its tail steps (issue 22). A plain
+        step's cost rises with the batch, so the line between two measured sizes is within
+        their difference of the truth (below it where the cost bends down, which charges a
+        drafting step more, not less). A bound from one side only is not taken: against
+        batch 2's plain steps a batch-16 book went into debt on drafting steps that paid, and
+        the engine ran plain."""
         own = self.typical(rows)
         if own is not None:
             return own
@@ -178,7 +181,8 @@ class StepCost:
         above = min((m for m in mature if m.rows > rows), key=lambda m: m.rows, default=None)
         if below is None or above is None or above.typical > below.typical * (1 + spread):
             return None
-        return below.typical
+        return interpolate([(below.rows, below.typical), (above.rows, above.typical)],
+                           float(rows))
 
     def samples(self, rows: int, drafting: bool) -> int:
         """Steps measured at this row count in this arm, all stages together."""

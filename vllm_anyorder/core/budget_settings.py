@@ -73,25 +73,29 @@ class KeptDecision:
 
     def __init__(self, hold: int, longest: int = 15) -> None:
         self.hold, self.longest = hold, longest
-        # batch, caps, steps left, closed when kept
-        self._kept: tuple[list[str], list[int], int, bool] | None = None
+        # batch, caps, steps left, closed when kept, young requests when kept
+        self._kept: tuple[list[str], list[int], int, bool, int] | None = None
         self._last: tuple[list[str], list[int], bool] | None = None  # the last one kept
         self._repeats = 0  # fresh decisions in a row that came out as the last one kept
 
     def reuse(self, req_ids: list[str], limits: list[int], closed: bool,
-              may: Callable[[bool], bool]) -> list[int] | None:
+              may: Callable[[bool], bool], young: int = 0) -> list[int] | None:
         """The kept decision's caps again (within each request's limit) while the batch is
-        unchanged, as closed as it was, and ``may(plain)`` (the controller's books and probes
-        allow it; ``plain``: the kept caps draft nothing); None: decide afresh (and nothing is
-        kept any more)."""
+        unchanged, as closed as it was, with as many ``young`` requests (a request's first
+        steps are priced by young requests' rates, ``budget_accept``: a closed batch's plain
+        choice of its first steps, kept up to 15 steps, ran on past them, 50% of its steps
+        9-16 plain where two drafts each paid 1.3x, issue 22) and ``may(plain)`` (the
+        controller's books and probes allow it; ``plain``: the kept caps draft nothing);
+        None: decide afresh (and nothing is kept any more)."""
         kept, self._kept = self._kept, None
-        if kept is None or kept[3] != closed or kept[2] <= 0 or kept[0] != req_ids or \
-                not may(not any(kept[1])):
+        if kept is None or kept[3] != closed or kept[4] != young or kept[2] <= 0 or \
+                kept[0] != req_ids or not may(not any(kept[1])):
             return None
-        self._kept = (kept[0], kept[1], kept[2] - 1, closed)
+        self._kept = (kept[0], kept[1], kept[2] - 1, closed, young)
         return [min(c, lim) for c, lim in zip(kept[1], limits)]
 
-    def keep(self, req_ids: list[str], caps: list[int], closed: bool = True) -> None:
+    def keep(self, req_ids: list[str], caps: list[int], closed: bool = True,
+             young: int = 0) -> None:
         """Keep a fresh decision: ``hold`` steps, doubled (+1) each time deciding afresh gave
         the same caps for the same batch again, up to ``longest`` (a closed batch drafting
         16 each decided the same ~30 times in a row, each decision ~0.3 ms, issue 22)."""
@@ -99,7 +103,7 @@ class KeptDecision:
         self._repeats = self._repeats + 1 if same else 0
         self._last = (list(req_ids), caps, closed)
         hold = min(self.longest, (self.hold + 1) * 2 ** min(self._repeats, 8) - 1)
-        self._kept = (list(req_ids), caps, hold, closed)
+        self._kept = (list(req_ids), caps, hold, closed, young)
 
     def state(self) -> tuple | None:
         return (self._kept, self._repeats)

@@ -230,22 +230,25 @@ def test_one_stalled_step_does_not_stop_drafting_that_pays():
     assert ctl.totals["stalls"] == 1
 
 
-def test_the_plain_baseline_is_a_bound_from_the_nearest_batch_sizes_measured():
+def test_the_plain_baseline_is_the_line_between_the_nearest_batch_sizes_measured():
     cost = StepCost()
     for _ in range(YOUNG_SAMPLES):
         cost.observe(6, False, 0.0060, 0)
         cost.observe(8, False, 0.0064, 0)
         cost.observe(2, False, 0.0040, 0)
+        cost.observe(16, False, 0.0140, 0)
     assert cost.baseline(8) == pytest.approx(0.0064)  # its own mean once measured
-    assert cost.baseline(7) == pytest.approx(0.0060)  # the smaller neighbour: a lower bound
-    assert cost.baseline(4) is None  # 2 and 6 differ by 50%: too loose a bound
-    assert cost.baseline(12) is None  # nothing measured above: no bound
-    assert cost.baseline(1) is None
+    assert cost.baseline(7) == pytest.approx(0.0062)  # between its neighbours
+    assert cost.baseline(4) == pytest.approx(0.0050)  # 2 and 6: 50% apart, still a line
+    assert cost.baseline(12) is None  # 8 and 16 differ by 119%: too far apart
+    assert cost.baseline(1) is None  # nothing measured below: no line
+    assert cost.baseline(20) is None  # nor above
 
 
 def test_a_closed_batchs_tail_drafts_at_a_batch_size_it_ran_no_plain_step_at():
     """Drafting pays at batch 8 and 6 (both measured, plain and drafting); the batch then runs
-    at 7, where no plain step was measured. Its book opens from batch 6's plain steps, and its
+    at 7, where no plain step was measured. Its book opens from the line through batch 6's
+    and 8's plain steps, and its
     first decision drafts (before: none until three plain steps at 7 opened the book)."""
     rng = random.Random(4)
     ctl = BudgetController(BudgetSettings(max_drafts=4))
@@ -259,4 +262,5 @@ def test_a_closed_batchs_tail_drafts_at_a_batch_size_it_ran_no_plain_step_at():
     assert ctl.cost.typical(7) is None and 7 not in ctl.guard.books
     ids = [f"b8r{i}" for i in range(7)]  # batch 8 less one request
     assert any(ctl.allot(ids, [4] * 7))
-    assert ctl.guard.books[7][0] == pytest.approx(ctl.guard.horizon * ctl.cost.typical(6))
+    between = (ctl.cost.typical(6) + ctl.cost.typical(8)) / 2  # the line through 6 and 8
+    assert ctl.guard.books[7][0] == pytest.approx(ctl.guard.horizon * between, rel=0.02)
