@@ -1,0 +1,70 @@
+"""Closed batches (``core/budget_drain``): what a drain is priced by, where the hysteresis
+anchor may sit, and how long a young batch's choice is kept (issue 22)."""
+
+from __future__ import annotations
+
+import random
+
+from vllm_anyorder.core.budget import BudgetController
+from vllm_anyorder.core.budget_drain import on_grid, thin
+from vllm_anyorder.core.budget_settings import BudgetSettings, KeptDecision
+
+
+def test_the_anchor_is_put_on_the_grid_the_drain_search_values():
+    assert on_grid(33, 16) == 32  # two drafts each and one more: not a count it values
+    assert on_grid(3, 16) == 3  # the first four counts are all valued
+    assert on_grid(33, 4) == 33  # batch 4 values every count
+    for batch in (2, 4, 8, 16, 32):
+        for rows in range(0, 130):
+            snapped = on_grid(rows, batch)
+            assert snapped <= rows
+            # kept by thin at every length that reaches it (not only as the last count)
+            assert snapped == 0 or snapped in thin(list(range(1, rows + 2)), batch)
+
+
+def test_a_kept_decision_ends_when_the_batch_has_fewer_young_requests():
+    kept, ids, yes = KeptDecision(hold=3), ["a", "b"], lambda plain: True
+    kept.keep(ids, [0, 0], True, young=2)  # plain, chosen while both were young
+    assert kept.reuse(ids, [8, 8], True, yes, young=2) == [0, 0]
+    assert kept.reuse(ids, [8, 8], True, yes, young=0) is None  # settled since: decide
+    kept.keep(ids, [0, 0], True, young=0)
+    assert kept.reuse(ids, [8, 8], True, yes, young=0) == [0, 0]
+
+
+def learnt(seed: int = 0) -> BudgetController:
+    """A controller that learnt, on open batches of 4, that two drafts each pay (each
+    accepted with 0.7; a step costs 5 ms plus 0.1 ms a row)."""
+    rng = random.Random(seed)
+    ctl = BudgetController(BudgetSettings(max_drafts=4))
+    ids = [f"w{i}" for i in range(4)]
+    for _ in range(300):
+        caps = ctl.allot(ids, [4] * 4)
+        committed = 0
+        for r, k in zip(ids, caps):
+            n = 0
+            while n < k and rng.random() < 0.7:
+                n += 1
+            if k:
+                ctl.record_verified(r, k, n)
+            committed += n + 1
+        rows = 4 + sum(caps)
+        ctl.record_step(rows, any(caps), 0.005 + 0.0001 * rows, 4, committed)
+    return ctl
+
+
+def test_a_closed_batch_prices_its_requests_by_their_class_not_their_last_steps():
+    """A request's own counts follow its last few steps (a burst: a loop found, a chain
+    converged); in a closed batch they forecast its finish dozens of steps off, and rows went
+    to the requests that had just missed while those in a loop got fewer (``jacobi`` at batch
+    16 drafted 37-44 rows where two each, 48, paid). The drain prices each request by its
+    class's engine-wide rates: requests with as many tokens left get as many rows."""
+    ctl = learnt()
+    ids = ["hot", "cold", "x", "y"]
+    for _ in range(3):  # one request just accepted everything, another nothing
+        ctl.record_verified("hot", 4, 4)
+        ctl.record_verified("cold", 4, 0)
+    assert ctl.accept.rate("hot", 0) > ctl.accept.rate("cold", 0) + 0.4
+    personal = ctl._gains(ids, [4] * 4, 16)
+    shared = ctl._gains(ids, [4] * 4, 16, personal=False)
+    assert personal[0] != personal[1]  # the goodput rule's next-step forecast
+    assert shared[0] == shared[1] == shared[2] == shared[3]  # the drain's
