@@ -205,11 +205,8 @@ class BudgetController:
             return [0] * batch
         # the trust region (budget_rows.TrustRegion) bounds choices and probes alike
         reach = self.trust.reach(batch)
-        # each request's, in chain order; a closed batch's drain forecasts every request's
-        # finish, dozens of steps off, where a request's last few steps (bursts: a loop found,
-        # a chain converged) mislead: priced by its class's engine-wide rates there (issue 22,
-        # ``jacobi`` batch 16: per-request rates left a third of the rows undrafted and
-        # ``cycle:2`` / ``auto`` 1.11, engine-wide 1.06, medians of six runs)
+        # each request's, in chain order; a drain forecasts finishes dozens of steps off, which
+        # a request's last few steps mislead: its class's rates there (Acceptance.gains)
         own = self._gains(req_ids, limits, reach, personal=not closed)
         order = water_fill(left, own, reach) if closed else ranked_rows(own, reach)  # best first
         gains = [g for g, _ in order]
