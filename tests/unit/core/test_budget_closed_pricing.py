@@ -9,6 +9,8 @@ from vllm_anyorder.core.budget import BudgetController
 from vllm_anyorder.core.budget_drain import on_grid, thin
 from vllm_anyorder.core.budget_settings import BudgetSettings, KeptDecision
 
+from tests.unit.core.test_budget import verify
+
 
 def test_the_anchor_is_put_on_the_grid_the_drain_search_values():
     assert on_grid(33, 16) == 32  # two drafts each and one more: not a count it values
@@ -39,14 +41,7 @@ def learnt(seed: int = 0) -> BudgetController:
     ids = [f"w{i}" for i in range(4)]
     for _ in range(300):
         caps = ctl.allot(ids, [4] * 4)
-        committed = 0
-        for r, k in zip(ids, caps):
-            n = 0
-            while n < k and rng.random() < 0.7:
-                n += 1
-            if k:
-                ctl.record_verified(r, k, n)
-            committed += n + 1
+        committed = verify(ctl, rng, ids, caps, [0.7] * 4)
         rows = 4 + sum(caps)
         ctl.record_step(rows, any(caps), 0.005 + 0.0001 * rows, 4, committed)
     return ctl
