@@ -4,7 +4,7 @@ says about each step (``Decision``); the controller itself is :mod:`.budget`."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NamedTuple
 
 MODES = ("auto", "fixed")
 CYCLE_PREFIX = "cycle:"
@@ -63,6 +63,16 @@ class Decision:
     lost: bool = False  # the realised rates overruled a choice to draft (budget_reality)
 
 
+class _Kept(NamedTuple):
+    """A kept decision (:class:`KeptDecision`) and what it was kept for."""
+
+    req_ids: list[str]  # the batch, in row order
+    caps: list[int]
+    steps_left: int  # more steps it may be used
+    closed: bool  # the batch was closed when it was kept
+    young: int  # requests in their young steps when it was kept
+
+
 class KeptDecision:
     """The last decision, used again ``hold`` more steps instead of deciding afresh (longer
     while deciding afresh keeps giving the same caps: :meth:`keep`): a closed
@@ -73,8 +83,7 @@ class KeptDecision:
 
     def __init__(self, hold: int, longest: int = 15) -> None:
         self.hold, self.longest = hold, longest
-        # batch, caps, steps left, closed when kept, young requests when kept
-        self._kept: tuple[list[str], list[int], int, bool, int] | None = None
+        self._kept: _Kept | None = None
         self._last: tuple[list[str], list[int], bool] | None = None  # the last one kept
         self._repeats = 0  # fresh decisions in a row that came out as the last one kept
 
@@ -88,11 +97,11 @@ class KeptDecision:
         controller's books and probes allow it; ``plain``: the kept caps draft nothing);
         None: decide afresh (and nothing is kept any more)."""
         kept, self._kept = self._kept, None
-        if kept is None or kept[3] != closed or kept[4] != young or kept[2] <= 0 or \
-                kept[0] != req_ids or not may(not any(kept[1])):
+        if kept is None or kept.closed != closed or kept.young != young or \
+                kept.steps_left <= 0 or kept.req_ids != req_ids or not may(not any(kept.caps)):
             return None
-        self._kept = (kept[0], kept[1], kept[2] - 1, closed, young)
-        return [min(c, lim) for c, lim in zip(kept[1], limits)]
+        self._kept = kept._replace(steps_left=kept.steps_left - 1)
+        return [min(c, lim) for c, lim in zip(kept.caps, limits)]
 
     def keep(self, req_ids: list[str], caps: list[int], closed: bool = True,
              young: int = 0) -> None:
@@ -103,7 +112,7 @@ class KeptDecision:
         self._repeats = self._repeats + 1 if same else 0
         self._last = (list(req_ids), caps, closed)
         hold = min(self.longest, (self.hold + 1) * 2 ** min(self._repeats, 8) - 1)
-        self._kept = (list(req_ids), caps, hold, closed, young)
+        self._kept = _Kept(list(req_ids), caps, hold, closed, young)
 
     def state(self) -> tuple | None:
         return (self._kept, self._repeats)
