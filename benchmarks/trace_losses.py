@@ -34,6 +34,11 @@ from vllm_anyorder.core.budget_calibration import position_bucket
 IDLE = 0.5  # seconds: a longer gap before a step is idle time, not that step's
 
 
+def committed(line: dict) -> int:
+    """Tokens a trace line's step committed: each request's accepted drafts and one more."""
+    return sum(accepted + 1 for _, _, accepted in line["requests"])
+
+
 def plain_medians(lines: list[dict]) -> dict[int, float]:
     """batch -> the median seconds of its clean plain steps (every mode)."""
     plain: dict[int, list[float]] = defaultdict(list)
@@ -51,8 +56,8 @@ def losses(lines: list[dict], mode: str | None = None,
     steps: dict[int, list[tuple[bool, float, int]]] = defaultdict(list)
     for line in lines:
         if line["clean"] and (mode is None or line.get("mode", "auto") == mode):
-            tokens = sum(accepted + 1 for _, _, accepted in line["requests"])
-            steps[len(line["requests"])].append((line["drafting"], line["seconds"], tokens))
+            steps[len(line["requests"])].append((line["drafting"], line["seconds"],
+                                                 committed(line)))
     out = {}
     for batch, rows in sorted(steps.items()):
         median = medians.get(batch)

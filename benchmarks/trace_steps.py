@@ -12,7 +12,8 @@ ms. This is how RESULTS placed ~70% of ``jacobi``'s batch-4 gap in the tail (iss
 Also the row changes of one mode: drafting steps that follow a drafting step at the same
 batch size, split by whether the row count changed, with their median seconds and mean rows
 (probe steps and the step after one are left out: a probe changes rows on purpose). On that
-VM a change cost 0.3-0.6 ms (10-15%) at similar rows, a cost the controller does not price.
+VM a change cost 0.2-0.5 ms (5-15%) at similar rows in four of five traces (none in the
+fifth), a cost the controller does not price.
 """
 
 from __future__ import annotations
@@ -23,10 +24,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from benchmarks.budget_replay import read_trace_lines
-
-
-def _tokens(line: dict) -> int:
-    return sum(accepted + 1 for _, _, accepted in line["requests"])
+from benchmarks.trace_losses import committed
 
 
 def by_batch(lines: list[dict]) -> dict[tuple[str, int], tuple[int, float, int]]:
@@ -37,7 +35,7 @@ def by_batch(lines: list[dict]) -> dict[tuple[str, int], tuple[int, float, int]]
             row = out[(line.get("mode", "auto"), len(line["requests"]))]
             row[0] += 1
             row[1] += line["seconds"]
-            row[2] += _tokens(line)
+            row[2] += committed(line)
     return {k: (n, s, t) for k, (n, s, t) in sorted(out.items())}
 
 
