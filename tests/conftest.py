@@ -45,32 +45,3 @@ def random_drafter(tmp_path_factory):
     from tiny_models import build_tiny_drafter
 
     return build_tiny_drafter(tmp_path_factory.mktemp("random_drafter"), None, vocab_size=64)
-
-
-def _mapped_shm() -> set[str]:
-    """Names under /dev/shm that some live process maps (/proc/<pid>/maps)."""
-    names = set()
-    for maps in Path("/proc").glob("[0-9]*/maps"):
-        try:
-            for line in maps.read_text().splitlines():
-                if "/dev/shm/" in line:
-                    names.add(line.rsplit("/dev/shm/", 1)[1].split(" (deleted)")[0])
-        except OSError:  # the process left, or is not ours to read
-            continue
-    return names
-
-
-@pytest.fixture(scope="session", autouse=True)
-def no_stale_cpu_shm():
-    """Removes vLLM CPU all-reduce segments (``/dev/shm/*-cpushm*``) that no live process
-    maps. An engine that died leaves its segment, named by its rendezvous port; a later TP
-    engine that draws the same port fails at start-up with "create shm in SHMManager failed.
-    errno: 17" (seen in a fresh-clone run on a VM up 22 h with 340 such segments)."""
-    shm = Path("/dev/shm")
-    stale = list(shm.glob("*-cpushm*")) if shm.is_dir() else []
-    if stale:
-        live = _mapped_shm()
-        for seg in stale:
-            if seg.name not in live:
-                seg.unlink(missing_ok=True)
-    yield

@@ -2,9 +2,10 @@
 
 Ray places each vLLM worker into one bundle of a placement group whose bundles hold
 ``{ray_device_key: 1}``. On CPU that key is ``"CPU"``: a rank is one of the node's CPUs in
-Ray's accounting (``ray start --num-cpus``); nothing has to be declared by hand. Everything
-else is inherited from ``CpuPlatform`` unchanged, so deployments that do not use Ray behave
-exactly as with the stock platform.
+Ray's accounting (``ray start --num-cpus``); nothing has to be declared by hand. One more
+hook: before a TP / PP group's communicator is made, an earlier engine's left-over
+shared-memory segments of the same name are removed (patch ``cpu_shm_stale_segments``).
+Everything else is inherited from ``CpuPlatform`` unchanged.
 """
 
 from __future__ import annotations
@@ -23,6 +24,16 @@ class AnyorderCpuPlatform(CpuPlatform):
         patches.apply("ray_cpu", on_cpu_platform=_on_cpu_platform)
         patches.apply("cpu_shm_per_node")  # TP groups that span nodes: gloo, not /dev/shm
         return "CPU"
+
+    @classmethod
+    def get_device_communicator_cls(cls) -> str:
+        # asked by every process that builds a TP / PP group, just before its communicator
+        # (and the shared-memory all-reduce) is made: the moment to clear what an earlier
+        # engine left under the same name (importing that module at register() cost 2-3 s)
+        from vllm_anyorder import patches
+
+        patches.apply("cpu_shm_stale_segments")
+        return super().get_device_communicator_cls()
 
 
 def _on_cpu_platform() -> bool:

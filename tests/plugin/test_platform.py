@@ -30,7 +30,7 @@ def test_activates_only_over_the_stock_cpu_platform(detected, expected, monkeypa
     assert platform.activate() is None
 
 
-def test_platform_is_cpu_platform_with_a_ray_key():
+def test_platform_is_cpu_platform_with_a_ray_key_and_a_communicator_hook():
     from vllm.platforms.cpu import CpuPlatform
 
     from vllm_anyorder import patches
@@ -41,4 +41,6 @@ def test_platform_is_cpu_platform_with_a_ray_key():
     assert CpuPlatform().ray_device_key == ""  # stock: "does not support ray"
     assert plat.ray_device_key == "CPU" and "ray_cpu" in patches.applied()
     overridden = {k for k in vars(AnyorderCpuPlatform) if not k.startswith("__")}
-    assert overridden == {"ray_device_key"}
+    # and the hook that installs cpu_shm_stale_segments (tests/plugin/test_cpu_shm_segments.py)
+    assert overridden == {"ray_device_key", "get_device_communicator_cls"}
+    assert plat.get_device_communicator_cls() == CpuPlatform.get_device_communicator_cls()

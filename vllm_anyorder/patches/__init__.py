@@ -21,8 +21,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from vllm_anyorder.patches import (asarm_metadata, cli, cpu_kernels, engine_core, front_end,
-                                   ray_cpu, runner, step_timing)
+from vllm_anyorder.patches import (asarm_metadata, cli, cpu_kernels, cpu_shm_segments,
+                                   engine_core, front_end, ray_cpu, runner, step_timing)
 
 logger = logging.getLogger("vllm_anyorder")
 DISABLE_ENV = "VLLM_ANYORDER_DISABLE_PATCHES"
@@ -83,6 +83,8 @@ LEDGER: tuple[Patch, ...] = (
           ray_cpu.apply_ray_cpu, ("on_cpu_platform",)),
     Patch("cpu_shm_per_node", "Ray code paths on the plugin's CPU platform",
           "_CPUSHMDistributed.make_group_name", ray_cpu.apply_cpu_shm_per_node),
+    Patch("cpu_shm_stale_segments", "processes that build a TP / PP group on the plugin's CPU platform",
+          "_CPUSHMDistributed._init_cpu_shm", cpu_shm_segments.apply_cpu_shm_stale_segments),
     Patch("step_timing", f"every process, at register(), only with {step_timing.ENV}=1",
           "GPUModelRunner.execute_model, ._model_forward, .sample_tokens",
           step_timing.apply_step_timing),

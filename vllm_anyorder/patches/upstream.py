@@ -92,6 +92,8 @@ SIGNATURES: tuple[Expect, ...] = (
     Expect("vllm.distributed.device_communicators.cpu_communicator:"
            "_CPUSHMDistributed.make_group_name", "cpu_shm_per_node", ("communicator",),
            decorator="staticmethod"),
+    Expect("vllm.distributed.device_communicators.cpu_communicator:"
+           "_CPUSHMDistributed._init_cpu_shm", "cpu_shm_stale_segments", ("self",)),
     # the fallback cpu_shm_per_node relies on: ranks whose group names differ use gloo
     Expect("vllm.distributed.device_communicators.cpu_communicator:"
            "CpuCommunicator._all_group_ranks_share_shm_group_name", "cpu_shm_per_node",
