@@ -3,8 +3,8 @@
 Ray places each vLLM worker into one bundle of a placement group whose bundles hold
 ``{ray_device_key: 1}``. On CPU that key is ``"CPU"``: a rank is one of the node's CPUs in
 Ray's accounting (``ray start --num-cpus``); nothing has to be declared by hand. One more
-hook: before a TP / PP group's communicator is made, an earlier engine's left-over
-shared-memory segments of the same name are removed (patch ``cpu_shm_stale_segments``).
+hook: before a TP / PP group's communicator is made, the shared-memory segments earlier
+engines left are removed (patch ``cpu_shm_stale_segments``).
 Everything else is inherited from ``CpuPlatform`` unchanged.
 """
 
@@ -28,8 +28,8 @@ class AnyorderCpuPlatform(CpuPlatform):
     @classmethod
     def get_device_communicator_cls(cls) -> str:
         # asked by every process that builds a TP / PP group, just before its communicator
-        # (and the shared-memory all-reduce) is made: the moment to clear what an earlier
-        # engine left under the same name (importing that module at register() cost 2-3 s)
+        # (and the shared-memory all-reduce) is made: the moment to clear what earlier
+        # engines left (importing that module at register() cost 2-3 s)
         from vllm_anyorder import patches
 
         patches.apply("cpu_shm_stale_segments")

@@ -1,5 +1,6 @@
 """Patch ``cpu_shm_stale_segments`` end to end: a TP = 2 engine on CPU starts with an earlier
-engine's all-reduce segment left in /dev/shm, and removes it (a live engine's stays)."""
+engine's all-reduce segment left in /dev/shm, and removes it (that a live engine's stays:
+tests/plugin/test_cpu_shm_segments.py)."""
 
 import os
 from pathlib import Path

@@ -61,20 +61,26 @@ def remove_stale(shm_dir: Path = SHM_DIR, started: float | None = None) -> list[
         found = [p for p in shm_dir.iterdir() if is_all_reduce_segment(p.name)]
     except OSError:
         return []
-    if not found:
-        return []
-    started = process_start() if started is None else started
-    if started is None:
+    started = process_start() if found and started is None else started
+    old = [p for p in found if started is not None and _made_before(p, started)]
+    if not old:  # the usual case (a live engine's own groups are younger): no /proc scan
         return []
     live, removed = mapped_names(), []
-    for seg in found:
-        try:
-            if seg.stat().st_ctime < started and seg.name not in live:
+    for seg in old:
+        if seg.name not in live:
+            try:
                 seg.unlink()
                 removed.append(seg.name)
-        except OSError:  # gone already, or not ours to remove
-            continue
+            except OSError:  # gone already, or not ours to remove
+                continue
     return removed
+
+
+def _made_before(path: Path, started: float) -> bool:
+    try:
+        return path.stat().st_ctime < started
+    except OSError:  # gone already
+        return False
 
 
 def is_all_reduce_segment(name: str) -> bool:
