@@ -94,6 +94,12 @@ SIGNATURES: tuple[Expect, ...] = (
            decorator="staticmethod"),
     Expect("vllm.distributed.device_communicators.cpu_communicator:"
            "_CPUSHMDistributed._init_cpu_shm", "cpu_shm_stale_segments", ("self",)),
+    # the CPU linear layers' matmul the row warm-up drives (model_executor/cpu_row_warmup)
+    Expect("vllm.model_executor.layers.utils:dispatch_cpu_unquantized_gemm",
+           "cpu_row_warmup (reads the layer.cpu_linear it sets)", ("layer", "remove_weight")),
+    Expect("vllm.model_executor.layers.utils:cpu_unquantized_gemm",
+           "cpu_row_warmup (forwards call layer.cpu_linear(x, weight, bias))",
+           ("layer", "x", "weight", "bias")),
     # the fallback cpu_shm_per_node relies on: ranks whose group names differ use gloo
     Expect("vllm.distributed.device_communicators.cpu_communicator:"
            "CpuCommunicator._all_group_ranks_share_shm_group_name", "cpu_shm_per_node",

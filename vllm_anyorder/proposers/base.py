@@ -21,6 +21,7 @@ from typing import Any, Callable, ClassVar
 
 from vllm_anyorder import _compat, config, metrics
 from vllm_anyorder.contract import BudgetCounting, RunnerView
+from vllm_anyorder.model_executor.cpu_row_warmup import verification_rows, warm_row_counts
 from vllm_anyorder.proposers.budget import StepBudget
 
 
@@ -57,8 +58,15 @@ class AnyOrderProposer:
         return None
 
     def load_model(self, target_model: Any) -> None:
-        """Keep a handle on the target module (self-drafting methods load nothing else)."""
+        """Keep a handle on the target module (self-drafting methods load nothing else), and
+        on a CPU engine build its matmul kernels for every row count a verification step may
+        run (``model_executor/cpu_row_warmup``: else a fresh engine builds each inside its
+        first requests)."""
         self.target = target_model
+        sched = getattr(self.vllm_config, "scheduler_config", None)
+        if sched is not None:
+            warm_row_counts(target_model, verification_rows(
+                int(sched.max_num_seqs), self.max_chain, int(sched.max_num_batched_tokens)))
 
     def batch_req_ids(self) -> list[str]:
         """Request ids of the current input batch, in the order of ``propose``'s lists."""
