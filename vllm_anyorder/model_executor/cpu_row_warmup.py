@@ -3,8 +3,9 @@
 vLLM's CPU linear layers (``dispatch_cpu_unquantized_gemm``: oneDNN, or the AMX / zentorch
 kernels where present) run a matmul primitive built for one row count M, built the first time
 a step has M rows (measured on a 2-core Zen 4 VM, bf16, ``models/ar-target``: 0.3-0.8 ms per
-layer shape, five shapes (qkv, o, gate-up, down, lm head): a step at a row count met for the
-first time took 2.8 ms more than the same row count's later steps, which took 1.3-2 ms;
+layer shape, five shapes (qkv, o, gate-up, down, lm head): a decode step at a row count met
+for the first time took 2.5-4.8 ms more than the same row count's later steps, which took
+1.5-4.6 ms; 0.3-0.7 ms more after this warm-up; ``benchmarks/bench_first_shapes.py``,
 issue 22). Plain decoding meets few row counts (its batch sizes); a speculative engine whose
 budget sets each request's drafts step by step meets dozens (53 in one 32-prompt pass of
 ``jacobi`` at batch 4), and a fresh engine paid for each inside its first requests. Later
@@ -34,6 +35,18 @@ logger = logging.getLogger("vllm_anyorder")
 BUDGET_ENV = "VLLM_ANYORDER_CPU_WARMUP_SECONDS"  # 0 turns it off (diagnosis, A/B runs)
 DEFAULT_BUDGET = 3.0  # seconds
 KERNEL_CACHE = 1024  # oneDNN's kernel cache (ONEDNN_PRIMITIVE_CACHE_CAPACITY's default)
+
+
+def budget_seconds() -> float:
+    """``$VLLM_ANYORDER_CPU_WARMUP_SECONDS`` (0 or less: off), else :data:`DEFAULT_BUDGET`; a
+    value that is not a number is warned about and ignored (never a failed start-up)."""
+    raw = os.environ.get(BUDGET_ENV, "")
+    try:
+        return float(raw) if raw.strip() else DEFAULT_BUDGET
+    except ValueError:
+        logger.warning("vllm_anyorder: %s=%r is not a number of seconds; using %.1f",
+                       BUDGET_ENV, raw, DEFAULT_BUDGET)
+        return DEFAULT_BUDGET
 
 
 def verification_rows(max_num_seqs: int, max_drafts: int, max_batched_tokens: int) -> int:
@@ -75,11 +88,11 @@ def linear_shapes(model: torch.nn.Module) -> list[tuple[torch.nn.Module, int, to
 
 def warm_row_counts(model: Any, most_rows: int, budget: float | None = None) -> int:
     """Run every distinct CPU layer shape at 1..``most_rows`` rows (no more than
-    :func:`kernel_room` keeps), in that order, until ``budget`` seconds are spent (None: ``$VLLM_ANYORDER_CPU_WARMUP_SECONDS``, else
-    :data:`DEFAULT_BUDGET`). Returns the row counts warmed (0: none, e.g. not a CPU engine).
+    :func:`kernel_room` keeps), in that order, until ``budget`` seconds are spent (None:
+    :func:`budget_seconds`). Returns the row counts warmed (0: none, e.g. not a CPU engine).
     Never fails a start-up: an error stops the warm-up where it is."""
     if budget is None:
-        budget = float(os.environ.get(BUDGET_ENV, DEFAULT_BUDGET))
+        budget = budget_seconds()
     if budget <= 0 or not isinstance(model, torch.nn.Module):
         return 0
     layers = linear_shapes(model)

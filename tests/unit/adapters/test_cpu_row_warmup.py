@@ -101,6 +101,15 @@ def test_off_switch_and_non_cpu_models_do_nothing(monkeypatch):
     assert calls == []
 
 
+def test_the_budget_comes_from_the_environment_and_a_bad_value_is_ignored(monkeypatch):
+    monkeypatch.setenv(warmup.BUDGET_ENV, "0.5")
+    assert warmup.budget_seconds() == 0.5
+    monkeypatch.setenv(warmup.BUDGET_ENV, "three")
+    assert warmup.budget_seconds() == warmup.DEFAULT_BUDGET
+    monkeypatch.delenv(warmup.BUDGET_ENV)
+    assert warmup.budget_seconds() == warmup.DEFAULT_BUDGET
+
+
 def test_a_layer_it_cannot_drive_stops_it_without_failing_the_load():
     calls: list = []
     m = torch.nn.Module()
