@@ -14,6 +14,9 @@ Two measurements:
   ``observe_verification``, next to the whole step.
 
     .venv/bin/python -m benchmarks.bench_step_overhead --controller [--batch 1 8 16] [--closed 128]
+    .venv/bin/python -m benchmarks.bench_step_overhead --controller --digest --closed 128
+        (simulated time: the same decisions every run, hashed; a refactor of the controller
+        that means to change nothing must print the same digests)
     .venv/bin/python -m benchmarks.bench_step_overhead [--budget auto] [--batch 1 16]
 
 Figures: benchmarks/RESULTS.md ("The plugin's per-step work"). Timings on a 2-core VM move
@@ -32,18 +35,48 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
+class SimClock:
+    """``time`` for the budget's adapter that moves only as the simulated engine's steps say:
+    every step then measures the same seconds and the decisions repeat run after run
+    (``--digest``; with real time a step's few microseconds of Python differ every run)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
 def controller_us(batch: int, accept: float, steps: int = 3000, seed: int = 0,
-                  closed: int = 0) -> float:
+                  closed: int = 0, digest=None) -> float:
     """Microseconds per step of the budget's calls under a simulated engine. ``closed``: every
     request generates this many tokens and leaves, and a new batch starts when all have left
     (closed batches, ``core/budget_drain``: the controller values drains); 0: one open batch of
-    endless requests."""
+    endless requests. ``digest`` (a hashlib object): the budget measures simulated time
+    (:class:`SimClock`) and every step's caps are hashed into it."""
     import random
 
+    import vllm_anyorder.proposers.budget as budget_module
     from vllm_anyorder.core.jacobi_refined import RefinedPositions
     from vllm_anyorder.proposers.budget import StepBudget
 
-    rng = random.Random(seed)
+    clock = SimClock() if digest is not None else None
+    real_time = budget_module.time
+    if clock is not None:
+        budget_module.time = clock
+    try:
+        return _controller_steps(StepBudget, RefinedPositions, random.Random(seed), batch,
+                                 accept, steps, closed, clock, digest)
+    finally:
+        budget_module.time = real_time
+
+
+def _controller_steps(StepBudget, RefinedPositions, rng, batch: int, accept: float,
+                      steps: int, closed: int, clock, digest) -> float:
+    """:func:`controller_us`'s loop."""
     budget = StepBudget("auto", 16, counting=RefinedPositions())
     batches = 0
     req_ids = [f"r{i}" for i in range(batch)]
@@ -54,7 +87,11 @@ def controller_us(batch: int, accept: float, steps: int = 3000, seed: int = 0,
         start = time.perf_counter()
         budget.verified(req_ids, caps if any(caps) else None)
         if budget._pending is not None:  # the step "took" what the simulated engine says
-            budget._pending.start = time.perf_counter() - (0.004 + 0.0003 * (batch + sum(caps)))
+            took = 0.004 + 0.0003 * (batch + sum(caps))
+            if clock is not None:
+                clock.now = budget._pending.start + took
+            else:
+                budget._pending.start = time.perf_counter() - took
         budget.begin(req_ids, sampled)
         if closed:  # the finished requests leave; the next batch once all have
             spent += time.perf_counter() - start
@@ -70,8 +107,11 @@ def controller_us(batch: int, accept: float, steps: int = 3000, seed: int = 0,
         for req_id, cap in zip(req_ids, caps):
             if cap:
                 budget.counting.drafted(req_id, 0)
-        budget.end(req_ids, [[5] * c for c in caps], time.perf_counter())
+        budget.end(req_ids, [[5] * c for c in caps],
+                   clock.now if clock is not None else time.perf_counter())
         spent += time.perf_counter() - start
+        if digest is not None:
+            digest.update(repr(caps).encode())
     return 1e6 * spent / steps
 
 
@@ -129,13 +169,25 @@ def main() -> int:
     ap.add_argument("--budget", default="auto")
     ap.add_argument("--closed", type=int, default=0, help="--controller: closed batches of "
                     "requests of this many tokens (0: one open batch)")
+    ap.add_argument("--digest", action="store_true", help="--controller: simulated time, and "
+                    "a digest of every decision (a refactor must leave it unchanged)")
     args = ap.parse_args()
     if args.controller:
+        import hashlib
+
         kind = f"closed batches of {args.closed}-token requests" if args.closed else "open"
+        every = hashlib.sha256() if args.digest else None
         for batch in args.batch or [1, 8, 16]:
             for accept in args.accept:
+                digest = hashlib.sha256() if args.digest else None
+                us = controller_us(batch, accept, closed=args.closed, digest=digest)
+                tail = f"; decisions {digest.hexdigest()[:16]}" if digest is not None else ""
+                if every is not None:
+                    every.update(digest.digest())
                 print(f"batch {batch:>2} ({kind}), drafts accepted with p={accept}: "
-                      f"{controller_us(batch, accept, closed=args.closed):.1f} us per step")
+                      f"{us:.1f} us per step{tail}")
+        if every is not None:
+            print(f"all decisions {every.hexdigest()[:16]}")
         return 0
     engine_ms(args.budget, args.batch or [1, 16])
     return 0
