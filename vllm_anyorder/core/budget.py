@@ -90,6 +90,7 @@ class BudgetController:
         self.guard = LossGuard(settings.loss_share, settings.loss_horizon)
         self.closed = ClosedBatch()  # closed batches (budget_drain)
         self.accept.age_of = self.closed.watch.age  # its watch sees every step's batch
+        self.accept.young_of = self.closed.watch.young
         self.kept = KeptDecision(settings.closed_hold)  # a decision used a few steps
         self.measured = 0  # steps whose cost was measured
         self._shapes: set[int] = set()  # row counts a drafting step has run at
@@ -180,9 +181,7 @@ class BudgetController:
             self.decisions += 1
             caps = self._auto(req_ids, limits, remaining)
         if self.kind == "auto":
-            for req_id, cap in zip(req_ids, caps):
-                if not cap:
-                    self.accept.relax(req_id)
+            self.accept.relax_plain(req_ids, caps)
         self.totals["steps"] += 1
         self.totals["steps_without_drafts"] += not any(caps)
         self.last.caps = caps

@@ -35,6 +35,9 @@ class Acceptance:
         # a request's steps in the batch so far (the controller hands its BatchWatch's);
         # None: every request counts as new
         self.age_of = age_of
+        # the same count for a whole batch at once, where the caller has it (the controller
+        # hands its BatchWatch's ``young``); None: from ``age_of`` request by request
+        self.young_of: Callable[[list[str], int], int] | None = None
         self.decay = decay
         # drafts of one request are accepted in bursts (a loop found, a Jacobi iterate
         # converged): its own counts forget fast, so a burst is drafted for within a step or two
@@ -139,6 +142,8 @@ class Acceptance:
 
     def young(self, req_ids: list[str]) -> int:
         """How many of these requests are in their first ``young_steps`` steps."""
+        if self.young_of is not None:
+            return self.young_of(req_ids, self.young_steps)
         return sum(1 for r in req_ids if self.age_class(r) == YOUNG)
 
     def relax(self, req_id: str) -> None:
@@ -152,6 +157,14 @@ class Acceptance:
             for counts in own[:self._judged.get(req_id, 0)]:  # the rest are zeros
                 counts[0] *= keep
                 counts[1] *= keep
+
+    def relax_plain(self, req_ids: list[str], caps: list[int]) -> None:
+        """:meth:`relax` every request of a step that gave it no drafts."""
+        own = self.requests
+        if own:
+            for req_id, cap in zip(req_ids, caps):
+                if not cap and req_id in own:
+                    self.relax(req_id)
 
     def forget(self, live: set[str]) -> None:
         for req_id in [r for r in self.requests if r not in live]:

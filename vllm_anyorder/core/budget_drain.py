@@ -45,34 +45,50 @@ class BatchWatch:
         self.joined: dict[str, int] = {}  # req_id -> step it joined
         self.step = 0
         self.left_at: int | None = None  # first departure since the last join
+        # derived from ``joined``, kept until the batch changes: the batch as last observed,
+        # whether its requests all joined in one step, and the last step one of them joined
+        self._ids: list[str] = []
+        self._together: bool | None = None
+        self._newest = 0
 
     def observe(self, req_ids: list[str]) -> bool:
         """This step's batch; whether it is closed."""
         self.step += 1
-        joined, new = self.joined, False
-        for req_id in req_ids:
-            if req_id not in joined:
-                joined[req_id] = self.step
-                new = True
-        if len(joined) != len(req_ids):  # someone left
-            live = set(req_ids)
-            for req_id in [r for r in joined if r not in live]:
-                del joined[req_id]
-            if self.left_at is None:
-                self.left_at = self.step
-        if new:
-            self.left_at = None
-            return False
+        if req_ids != self._ids:  # the batch changed (else: nobody joined or left)
+            self._ids, self._together = list(req_ids), None
+            joined, new = self.joined, False
+            for req_id in req_ids:
+                if req_id not in joined:
+                    joined[req_id] = self.step
+                    new = True
+            if len(joined) != len(req_ids):  # someone left
+                live = set(req_ids)
+                for req_id in [r for r in joined if r not in live]:
+                    del joined[req_id]
+                if self.left_at is None:
+                    self.left_at = self.step
+            self._newest = max(joined.values(), default=0)
+            if new:
+                self.left_at = None
+                return False
         if self.left_at is not None and self.step - self.left_at >= self.grace:
             return True
-        steps = iter(joined.values())
-        first = next(steps, None)
-        return first is not None and all(s == first for s in steps)
+        if self._together is None:
+            steps = iter(self.joined.values())
+            first = next(steps, None)
+            self._together = first is not None and all(s == first for s in steps)
+        return self._together
 
     def age(self, req_id: str) -> int:
         """Steps the request has been in the batch, this one included (0: not seen)."""
         joined = self.joined.get(req_id)
         return 0 if joined is None else self.step - joined + 1
+
+    def young(self, req_ids: list[str], steps: int) -> int:
+        """How many of these requests are at most ``steps`` steps old (:meth:`age`)."""
+        if req_ids == self._ids and self.step - self._newest + 1 > steps:
+            return 0  # the observed batch, all older (the usual case: one comparison)
+        return sum(1 for r in req_ids if self.age(r) <= steps)
 
     def state(self) -> list:
         return [self.step, self.left_at, sorted(self.joined.items())]

@@ -69,18 +69,24 @@ class RefinedPositions:
         """Each verified chain cut to the positions its previous verification refined or
         its drafter drafted anew (:meth:`drafted`), whichever reaches further."""
         out = []
+        depth, fresh, ages, runs = self.depth, self.fresh, self.age, self.runs
+        oldest = self.warmup_window + 1
         for req_id, k, accepted in outcomes:
-            refined = self.depth.get(req_id, 0)
-            judged = max(refined, self.fresh.pop(req_id, 0))
-            age = self.age[req_id] = min(self.age.get(req_id, 0) + 1, self.warmup_window + 1)
-            warm = self.runs.get(req_id, 0) >= self.warmup or age > self.warmup_window
-            if k and not warm:
-                self.runs[req_id] = self.runs.get(req_id, 0) + 1
-            elif k and judged:
-                out.append((req_id, min(k, judged), min(accepted, judged)))
+            refined = depth.get(req_id, 0)
+            anew = fresh.pop(req_id, 0) if fresh else 0
+            age = ages[req_id] = min(ages.get(req_id, 0) + 1, oldest)
+            if not k:  # a step without drafts shifts the iterate by one and refines nothing
+                depth[req_id] = refined - 1 if refined > 0 else 0
+                continue
+            if runs.get(req_id, 0) < self.warmup and age <= self.warmup_window:
+                runs[req_id] = runs.get(req_id, 0) + 1  # not warm yet: not counted
+            else:
+                judged = max(refined, anew)
+                if judged:
+                    out.append((req_id, min(k, judged), min(accepted, judged)))
             # k drafts verified, m accepted: the next chain's first k - m positions are new
-            # iterates; a step without drafts shifts the iterate by one and refines nothing
-            self.depth[req_id] = k - accepted if k else max(0, refined - 1)
+            # iterates
+            depth[req_id] = k - accepted
         return out
 
     def forget(self, live: set[str]) -> None:

@@ -107,14 +107,21 @@ class StepBudget:
         seconds = self._shared(now - pending.start if clean else 0.0)
         if pending is None:
             return
-        outcomes = []
-        for req_id, committed in zip(req_ids, sampled_token_ids):
-            k = min(pending.drafted.get(req_id, 0), scheduled.get(req_id, 0))
-            if committed:
-                outcomes.append((req_id, k, len(committed) - 1 if k else 0))
-        rows = len(req_ids) + sum(scheduled.get(r, 0) for r in req_ids)
-        drafting = any(pending.drafted.values())
-        depth = max(pending.drafted.values(), default=0)  # what the drafter ran for
+        drafted = pending.drafted  # only requests that drafted (``end``)
+        if drafted:
+            outcomes = []
+            for req_id, committed in zip(req_ids, sampled_token_ids):
+                k = min(drafted.get(req_id, 0), scheduled.get(req_id, 0))
+                if committed:
+                    outcomes.append((req_id, k, len(committed) - 1 if k else 0))
+            rows = len(req_ids) + sum(scheduled.get(r, 0) for r in req_ids)
+        else:  # a plain step (the usual one where drafts do not pay): nothing verified
+            outcomes = [(req_id, 0, 0) for req_id, committed
+                        in zip(req_ids, sampled_token_ids) if committed]
+            rows = len(req_ids) + (sum(scheduled.get(r, 0) for r in req_ids) if scheduled
+                                   else 0)
+        drafting = any(drafted.values())
+        depth = max(drafted.values(), default=0)  # what the drafter ran for
         self._record(req_ids, rows, drafting, clean, seconds, outcomes, depth=depth)
 
     def measuring(self) -> bool:
@@ -160,7 +167,7 @@ class StepBudget:
         if clean and seconds > 0:
             # progress: one per request and its accepted drafts (a step's committed tokens;
             # a denoising round's baseline steps moved, the currency its goodput is in)
-            tokens = sum(a + 1 for _, _, a in outcomes)
+            tokens = len(outcomes) + sum(a for _, _, a in outcomes)
             self.controller.record_step(rows, drafting, seconds, len(outcomes), tokens, depth)
         if tuple(live) != self._live:  # requests left: drop their state (else nothing to do)
             self._live = tuple(live)

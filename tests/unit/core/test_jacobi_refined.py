@@ -95,3 +95,45 @@ def test_drafting_that_starts_after_a_requests_first_steps_counts_at_once():
     assert r.counted([("a", 3, 1)]) == [("a", 3, 1)]  # its first drafting step, counted
     r.forget(set())
     assert not r.age and not r.runs
+
+
+def _recounted(r: RefinedPositions, outcomes):
+    """The counting rule, written out step by step (the reference for ``counted``)."""
+    out = []
+    for req_id, k, accepted in outcomes:
+        refined = r.depth.get(req_id, 0)
+        judged = max(refined, r.fresh.pop(req_id, 0))
+        age = r.age[req_id] = min(r.age.get(req_id, 0) + 1, r.warmup_window + 1)
+        warm = r.runs.get(req_id, 0) >= r.warmup or age > r.warmup_window
+        if k and not warm:
+            r.runs[req_id] = r.runs.get(req_id, 0) + 1
+        elif k and judged:
+            out.append((req_id, min(k, judged), min(accepted, judged)))
+        r.depth[req_id] = k - accepted if k else max(0, refined - 1)
+    return out
+
+
+def test_counting_agrees_with_the_rule_written_out():
+    """``counted`` takes a short path for requests that drafted nothing (most steps where
+    drafts do not pay); outcomes and state must be the rule's, step for step."""
+    import random
+
+    rng = random.Random(5)
+    fast, slow = RefinedPositions(), RefinedPositions()
+    ids = [f"q{i}" for i in range(6)]
+    for step in range(400):
+        outcomes = []
+        for req_id in ids:
+            k = rng.choice([0, 0, 0, 1, 3, 8])
+            outcomes.append((req_id, k, rng.randint(0, k) if k else 0))
+        spliced = {req_id: rng.randint(0, 3) for req_id in ids if rng.random() < 0.3}
+        for req_id, n in spliced.items():
+            fast.drafted(req_id, n)
+            slow.drafted(req_id, n)
+        assert fast.counted(outcomes) == _recounted(slow, outcomes)
+        assert (fast.depth, fast.fresh, fast.runs, fast.age) == \
+            (slow.depth, slow.fresh, slow.runs, slow.age)
+        if step % 50 == 49:  # a batch turns over
+            ids = ids[2:] + [f"q{step}a", f"q{step}b"]
+            fast.forget(set(ids))
+            slow.forget(set(ids))
