@@ -42,7 +42,7 @@ def one_engine(seconds: float) -> dict:
     from vllm.v1.worker import cpu_model_runner
 
     from benchmarks.bench_switch import _row, _set_mode, _target
-    from benchmarks.common import load_prompts, make_engine
+    from benchmarks.common import load_prompts, make_engine, timed_method
     from vllm_anyorder.model_executor import cpu_row_warmup
 
     warm = {}
@@ -59,12 +59,9 @@ def one_engine(seconds: float) -> dict:
     first: dict[int, float] = {}
     later: dict[int, list[float]] = {}
     decode_steps = [0]
-    real_execute = cpu_model_runner.CPUModelRunner.execute_model
 
-    def execute(self, scheduler_output, *args, **kwargs):
-        start = time.perf_counter()
-        out = real_execute(self, scheduler_output, *args, **kwargs)
-        took = time.perf_counter() - start
+    def record(took: float, args, kwargs) -> None:
+        scheduler_output = args[1] if len(args) > 1 else kwargs["scheduler_output"]
         # a decode step: no request's prompt is computed (each schedules 1 + its drafts)
         if not scheduler_output.scheduled_new_reqs:
             decode_steps[0] += 1
@@ -73,9 +70,8 @@ def one_engine(seconds: float) -> dict:
                 first[rows] = took
             elif rows in first:
                 later.setdefault(rows, []).append(took)
-        return out
 
-    cpu_model_runner.CPUModelRunner.execute_model = execute
+    timed_method(cpu_model_runner.CPUModelRunner, "execute_model", record)
     row = _row("jacobi")
     llm = make_engine(_target("jacobi"), row.speculative_config, row.additional_config)
     prompts = load_prompts(4)

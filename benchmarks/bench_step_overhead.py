@@ -119,27 +119,21 @@ def engine_ms(budget: str, batches: list[int]) -> None:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from vllm_anyorder.proposers.jacobi import JacobiProposer
 
+    from benchmarks.common import cpu_dtype, load_prompts, timed_method
+
     spent, calls = defaultdict(float), defaultdict(int)
 
-    def timed(name: str) -> None:
-        fn = getattr(JacobiProposer, name)
+    def recorder(name: str):
+        def record(seconds: float, args, kwargs) -> None:
+            spent[name] += seconds
+            calls[name] += 1
+        return record
 
-        def wrapper(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                spent[name] += time.perf_counter() - start
-                calls[name] += 1
-
-        setattr(JacobiProposer, name, wrapper)
-
-    timed("propose")
-    timed("observe_verification")
+    for name in ("propose", "observe_verification"):
+        timed_method(JacobiProposer, name, recorder(name))
     from vllm import LLM, SamplingParams
 
     from benchmarks.bench_budget import TARGETS, random_twin
-    from benchmarks.common import cpu_dtype, load_prompts
 
     llm = LLM(str(random_twin(TARGETS["jacobi"])), dtype=cpu_dtype()[0], max_model_len=512,
               speculative_config={"method": "jacobi", "num_speculative_tokens": 16},

@@ -3,6 +3,7 @@ same prompts, vLLM's own spec-decode counters read before/after (deltas)."""
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import platform
@@ -109,6 +110,24 @@ def _spec_counters(llm) -> dict:
 
 
 _ENGINES = 0
+
+
+def timed_method(owner, name: str, record) -> None:
+    """Wrap ``owner.name`` (a class's method, for an engine in this process) so that every
+    call also runs ``record(seconds, args, kwargs)`` with the call's wall time. The
+    in-process harnesses (``bench_step_overhead``, ``bench_first_shapes``) time vLLM's and
+    the proposer's methods this way; the worker-side diagnostic is the ``step_timing`` patch."""
+    fn = getattr(owner, name)
+
+    @functools.wraps(fn)
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            record(time.perf_counter() - start, args, kwargs)
+
+    setattr(owner, name, timed)
 
 
 def make_engine(model: Path, speculative_config: dict | None = None,
