@@ -114,12 +114,10 @@ class StepBudget:
                 k = min(drafted.get(req_id, 0), scheduled.get(req_id, 0))
                 if committed:
                     outcomes.append((req_id, k, len(committed) - 1 if k else 0))
-            rows = len(req_ids) + sum(scheduled.get(r, 0) for r in req_ids)
         else:  # a plain step (the usual one where drafts do not pay): nothing verified
             outcomes = [(req_id, 0, 0) for req_id, committed
                         in zip(req_ids, sampled_token_ids) if committed]
-            rows = len(req_ids) + (sum(scheduled.get(r, 0) for r in req_ids) if scheduled
-                                   else 0)
+        rows = len(req_ids) + (sum(scheduled.get(r, 0) for r in req_ids) if scheduled else 0)
         drafting = any(drafted.values())
         depth = max(drafted.values(), default=0)  # what the drafter ran for
         self._record(req_ids, rows, drafting, clean, seconds, outcomes, depth=depth)
