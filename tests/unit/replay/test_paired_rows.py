@@ -68,3 +68,18 @@ def test_a_greedy_divergence_is_located_and_its_reference_gap_asked():
     assert found[0]["token"] == 1 and found[0]["reference"] == [7] and found[0]["row"] == [9]
     assert found[0]["top2"] == [[7, -0.693], [9, -0.701]] and abs(found[0]["gap"] - 0.008) < 1e-9
     assert asked == [(["p0"], 2, 2)]
+
+
+def test_the_floor_in_forwards_holds_when_the_machine_slows_between_passes():
+    """A round's two passes run one after the other: where the machine ran the drafts-off
+    pass at half speed, its milliseconds double, but its step counted in its own forwards
+    still shows the true +10%."""
+    base, off = Config("no-spec"), Config("off", reference="no-spec")
+    out = [[1, 2, 3]]
+    runs = {"no-spec": [a_pass(1.0, out, 1.0, 2.0)],
+            "off": [a_pass(2.2, out, 2.0, 4.4)]}  # every part twice as slow, and 10% more
+    rows = [_row(cfg, runs, [base, off], 1, "bfloat16") for cfg in (base, off)]
+    table = floor_table(rows)
+    assert abs(table[1]["floor_step"] - 1.2) < 1e-9
+    assert abs(table[1]["floor_forwards"] - 0.1) < 1e-9
+    assert "floor_forwards" not in table[0]
