@@ -81,9 +81,9 @@ def floor_table(rows: list[dict]) -> list[dict]:
             # this moves far less between rounds than milliseconds do (no speculation's period
             # 2.1-4.6 ms, its period / forward 1.89-2.11 in four rounds, Zen 4, 2026-12-04);
             # only for rows whose forward is the reference's (drafts off: the same rows)
-            line["floor_forwards"] = statistics.median(
-                (m["period"] / m["forward"]) / (f["period"] / f["forward"]) - 1
-                for m, f in zip(mine, ref) if m["forward"] > 0 and f["forward"] > 0)
+            ratios = [(m["period"] / m["forward"]) / (f["period"] / f["forward"]) - 1
+                      for m, f in zip(mine, ref) if m["forward"] > 0 and f["forward"] > 0]
+            line["floor_forwards"] = statistics.median(ratios) if ratios else None
         out.append(line)
     return out
 
@@ -148,8 +148,10 @@ def main() -> int:
     print(f"\n{'row':<40}{'period ms':>10}{'forward':>9}{'engine':>8}{'sample':>8}"
           f"{'floor: engine':>15}{'whole step':>12}{'in forwards':>12}{'wall':>7}")
     for line in table:
+        forwards = line.get("floor_forwards")
         floor = (f"{line['floor_engine']:>+14.1%} {line['floor_step']:>+11.1%}"
-                 f"{line['floor_forwards']:>+12.1%}" if "floor_engine" in line else f"{'':>39}")
+                 + (f"{forwards:>+12.1%}" if forwards is not None else f"{'-':>12}")
+                 if "floor_engine" in line else f"{'':>39}")
         print(f"{line['row']:<40}{line['period_ms']:>10.2f}{line['forward_ms']:>9.2f}"
               f"{line['engine_ms']:>8.2f}{line['sample_ms']:>8.2f}{floor}"
               f"{line['speedup_wall']:>6.2f}x")

@@ -83,3 +83,10 @@ def test_the_floor_in_forwards_holds_when_the_machine_slows_between_passes():
     assert abs(table[1]["floor_step"] - 1.2) < 1e-9
     assert abs(table[1]["floor_forwards"] - 0.1) < 1e-9
     assert "floor_forwards" not in table[0]
+
+
+def test_a_row_without_forward_timings_has_no_floor_in_forwards():
+    base, off = Config("no-spec"), Config("off", reference="no-spec")
+    runs = {"no-spec": [a_pass(1.0, [[1]], 0.0, 1.0)], "off": [a_pass(1.1, [[1]], 0.0, 1.1)]}
+    rows = [_row(cfg, runs, [base, off], 1, "bfloat16") for cfg in (base, off)]
+    assert floor_table(rows)[1]["floor_forwards"] is None
