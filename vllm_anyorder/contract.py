@@ -130,5 +130,8 @@ class BudgetCounting(Protocol):
     def counted(self, outcomes: list[Outcome]) -> list[Outcome]:
         """Of a step's outcomes, what counts (each (req_id, drafted, accepted) possibly cut)."""
 
+    def plain_step(self, req_ids: tuple[str, ...]) -> None:
+        """``counted`` of a step in which no request drafted, without its outcome list."""
+
     def forget(self, live: set[str]) -> None:
         """Drop the state of requests no longer in the batch."""

@@ -89,6 +89,17 @@ class RefinedPositions:
             depth[req_id] = k - accepted
         return out
 
+    def plain_step(self, req_ids: tuple[str, ...]) -> None:
+        """:meth:`counted` of a step in which none of ``req_ids`` drafted (it counts none)."""
+        depth, ages, oldest = self.depth, self.age, self.warmup_window + 1
+        fresh = self.fresh
+        for req_id in req_ids:
+            if fresh:
+                fresh.pop(req_id, None)
+            ages[req_id] = min(ages.get(req_id, 0) + 1, oldest)
+            refined = depth.get(req_id, 0)
+            depth[req_id] = refined - 1 if refined > 0 else 0
+
     def forget(self, live: set[str]) -> None:
         for known in (self.depth, self.fresh, self.runs, self.age):
             for req_id in [r for r in known if r not in live]:

@@ -86,6 +86,8 @@ class AnyOrderProposer:
         first, e.g. to keep finished requests' counters); ``live``: the batch's request ids,
         if the caller has them."""
         live = set(self.batch_req_ids()) if live is None else live
+        if table.keys() <= live:
+            return  # nobody left (the usual step)
         for req_id in [r for r in table if r not in live]:
             value = table.pop(req_id)
             if on_drop is not None:

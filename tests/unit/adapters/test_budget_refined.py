@@ -84,3 +84,26 @@ def test_counting_every_position_falls_into_the_trap(monkeypatch):
     cost = COSTS["linear"]
     best = max(goodput(monkeypatch, cost, f"cycle:{k}", 1) for k in (1, 2, 4, 8, 16))
     assert goodput(monkeypatch, cost, "auto", 1, refined_only=False) < 0.85 * best
+
+
+def test_a_plain_step_counts_as_outcomes_without_drafts():
+    """``RefinedPositions.plain_step`` (the budget's shortcut for a step without drafts)
+    leaves every table as ``counted`` of the same step's zero-draft outcomes does."""
+    import copy
+    import random
+
+    from vllm_anyorder.core.jacobi_refined import RefinedPositions
+
+    rng = random.Random(3)
+    for _ in range(50):
+        a = RefinedPositions()
+        ids = [f"r{i}" for i in range(rng.randint(1, 6))]
+        for _ in range(rng.randint(0, 12)):  # some history, drafting or not
+            if rng.random() < 0.3:
+                a.drafted(rng.choice(ids), rng.randint(0, 4))
+            k = rng.choice([0, 0, 3, 8])
+            a.counted([(r, k, rng.randint(0, k)) for r in ids])
+        b = copy.deepcopy(a)
+        assert a.counted([(r, 0, 0) for r in ids]) == []
+        b.plain_step(tuple(ids))
+        assert (a.depth, a.fresh, a.runs, a.age) == (b.depth, b.fresh, b.runs, b.age)

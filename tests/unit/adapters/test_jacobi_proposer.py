@@ -474,3 +474,23 @@ def test_no_request_is_offered_drafts_past_its_last_token():
         p.budget.caps = lambda req_ids, limits, remaining=None: seen.append(limits) or limits
         assert p.draft_caps([16, 16, 16, 16]) == [3, 0, 16, 16]
         assert seen == [[3, 0, 16, 16]]
+
+
+def test_a_request_joining_a_plain_stretch_gets_its_state():
+    """Plain steps skip the per-request loop only while every request holds a state: one
+    that joins during them starts its own from its row of the text, and drafts from it."""
+    p = make_proposer(budget="cycle:0,0,3")
+    batch = Batch([1, 2, 3], [4, 5, 6, 7])
+    prefill(p, runner("a"), batch, [9])  # cycle step 0: plain
+    assert p.live_request_ids == ["a"]
+    p.observe_verification(runner("a", "b"), logits_for([10, 11]), None)
+    batch.commit(0, [10])
+    batch.commit(1, [11])
+    assert p.propose([[10], [11]], batch.num_tokens, batch.tokens) == [[], []]  # step 1
+    assert p.live_request_ids == ["a", "b"]
+    assert p._states["b"].base == batch.lens[1]  # started from its own committed row
+    p.observe_verification(runner("a", "b"), logits_for([12, 13]), None)
+    batch.commit(0, [12])
+    batch.commit(1, [13])
+    chains = p.propose([[12], [13]], batch.num_tokens, batch.tokens)  # step 2: 3 drafts each
+    assert [len(c) for c in chains] == [3, 3]

@@ -23,3 +23,19 @@ def test_the_same_simulation_gives_the_same_decisions_and_restores_the_clock():
 def test_the_digest_sees_a_different_workload():
     assert digest_of(4, 0.7) != digest_of(4, 0.0)
     assert digest_of(4, 0.7) != digest_of(2, 0.7)
+
+
+def test_the_plain_step_shortcut_decides_as_the_generic_record(monkeypatch):
+    """``StepBudget._plain_step`` (a clean step that drafted nothing, issue 22's plain-step
+    cost) must leave the controller exactly where the generic ``_record`` does: the digests
+    of open and closed batches, drafts accepted or not, match with the shortcut replaced by
+    the generic call."""
+    fast = {(b, a, c): digest_of(b, a, closed=c) for b in (1, 4) for a in (0.0, 0.7)
+            for c in (0, 64)}
+
+    def generic(self, batch, seconds):
+        self._record(list(batch), len(batch), False, True, seconds,
+                     [(r, 0, 0) for r in batch])
+
+    monkeypatch.setattr(budget_module.StepBudget, "_plain_step", generic)
+    assert fast == {key: digest_of(*key[:2], closed=key[2]) for key in fast}
