@@ -135,12 +135,7 @@ class StepBudget:
             self.counting.plain_step(batch)
         if seconds > 0:
             self.controller.record_step(n, False, seconds, n, n, 0)
-        if batch != self._live:
-            self._live = batch
-            live_set = set(batch)
-            self.controller.forget(live_set)
-            if self.counting is not None:
-                self.counting.forget(live_set)
+        self._forget_departed(batch)
 
     def measuring(self) -> bool:
         """Whether work is timed at all: ``auto``, or a trace is being written."""
@@ -187,8 +182,12 @@ class StepBudget:
             # a denoising round's baseline steps moved, the currency its goodput is in)
             tokens = len(outcomes) + sum(a for _, _, a in outcomes)
             self.controller.record_step(rows, drafting, seconds, len(outcomes), tokens, depth)
-        if tuple(live) != self._live:  # requests left: drop their state (else nothing to do)
-            self._live = tuple(live)
+        self._forget_departed(tuple(live))
+
+    def _forget_departed(self, live: tuple[str, ...]) -> None:
+        """Drop the state of requests that left since the last call (else nothing to do)."""
+        if live != self._live:
+            self._live = live
             live_set = set(live)
             self.controller.forget(live_set)
             if self.counting is not None:

@@ -83,16 +83,12 @@ class JacobiProposer(AnyOrderProposer):
         # iterate (and its pools) warm, and a shorter chain is verified exactly the same way
         caps = self.draft_caps(limits)
         chains: list[list[int]] = [[] for _ in req_ids]
-        if isinstance(self._verified, _AllPlain) and not any(caps) and \
-                self._verified.req_ids == req_ids:
-            live = set(req_ids)
-            if self._states.keys() >= live:
-                # plain before and after for every request, each with its state: all of them
-                # wait for ``catch_up`` (the loop below skips each; issue 22: plain steps' cost)
-                self.drop_departed(self._states, live=live)
-                self._verified = {}
-                return chains
-        for i, (req_id, cap) in enumerate(zip(req_ids, caps)):
+        live = set(req_ids)
+        # plain before and after for every request, each with its state: all of them wait for
+        # ``catch_up``, so the loop below would skip each one (issue 22: plain steps' cost)
+        all_waiting = isinstance(self._verified, _AllPlain) and not any(caps) and \
+            self._verified.req_ids == req_ids and self._states.keys() >= live
+        for i, (req_id, cap) in enumerate([] if all_waiting else zip(req_ids, caps)):
             committed = sampled_token_ids[i]
             if not committed:
                 continue
@@ -108,7 +104,7 @@ class JacobiProposer(AnyOrderProposer):
                 chains[i] = state.next_chain(cap)
                 if isinstance(self.budget.counting, RefinedPositions):
                     self.budget.counting.drafted(req_id, state.spliced)
-        self.drop_departed(self._states)  # finished, aborted or preempted
+        self.drop_departed(self._states, live=live)  # finished, aborted or preempted
         self._verified = {}
         return chains
 
@@ -149,10 +145,10 @@ class JacobiProposer(AnyOrderProposer):
 
 class _AllPlain:
     """``JacobiProposer._verified`` after a step in which no request had drafts: every
-    request of ``req_ids`` verified nothing (``([], None)``), without a dict per step."""
+    request of ``req_ids`` verified nothing (no drafts, no argmax), without a dict per step."""
 
     __slots__ = ("req_ids", "_ids")
-    _NOTHING = ([], None)
+    _NOTHING = ((), None)  # immutable: one value shared by every request
 
     def __init__(self, req_ids: list[str]) -> None:
         self.req_ids = req_ids
