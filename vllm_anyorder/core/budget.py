@@ -50,6 +50,7 @@ from __future__ import annotations
 from typing import Callable
 
 from .budget_accept import Acceptance
+from .budget_backlog import PlainBacklog
 from .budget_batch_prices import BatchPrices
 from .budget_calibration import Calibration
 from .budget_drain import ClosedBatch, DrainValue, on_grid, water_fill
@@ -98,6 +99,10 @@ class BudgetController:
         self.chosen = (0, 0)  # R of the last non-probe decision and its batch (hysteresis)
         self.last = Decision()
         self.explore = Explorer(settings, self.cost)  # probes (budget_probes)
+        # plain steps' bookkeeping held back while the decision is to draft nothing, replayed
+        # before anything reads it (budget_backlog): ``_holding`` while that decision stands
+        self.backlog = PlainBacklog()
+        self._holding = False
         self.totals = {"steps": 0, "steps_without_drafts": 0, "drafted": 0, "accepted": 0,
                        "probes": 0, "guarded": 0, "stalls": 0}
 
@@ -109,7 +114,17 @@ class BudgetController:
     def set_mode(self, mode: str) -> None:
         """Switch the mode of a live controller (a test and benchmark hook:
         ``benchmarks/bench_switch.py``); what ``auto`` learnt is kept."""
+        self.flush()
+        self._holding = False
         self.kind, self.cycle = parse_mode(mode)
+
+    def flush(self) -> None:
+        """Apply the plain steps' bookkeeping held back (``budget_backlog``): before anything
+        reads the cost model, the realised rates, the books or a request's own counts."""
+        if self.backlog:
+            self.backlog.replay_relax(self.accept.relax_steps)
+            for rows, seconds, batch, tokens, decision in self.backlog.take_steps():
+                self._measure(rows, False, seconds, batch, tokens, 0, decision)
 
     # ------------------------------------------------------------------ measurements
     def record_step(self, rows: int, drafting: bool, seconds: float, batch: int = 0,
@@ -117,38 +132,48 @@ class BudgetController:
         """One engine step's wall time (only steps the batch ran unchanged: no prefill);
         ``tokens`` it committed over ``batch`` requests, where the caller counts them;
         ``depth``: its deepest chain (for ``stages``)."""
-        if seconds > 0:
-            stage = self.search.stage(depth)
-            usual = self.cost.measured(rows, drafting, stage)  # its bucket's price, if mature
-            if usual is not None and seconds > STALL * usual:
-                seconds = STALL * usual
-                self.totals["stalls"] += 1
-            # a row count's first drafting step builds its kernels (16-33 ms against 6-9 ms
-            # after, issue 22): charged what the model predicted (else one such step kept a
-            # fresh server's batch plain for hundreds of steps)
-            charged = seconds
-            if drafting and rows not in self._shapes:
-                self._shapes.add(rows)
-                predicted = self.cost.predict(rows, True, stage)
-                charged = min(seconds, predicted) if predicted else seconds
-            # the cost model learns an arm's steady price: a step that changed arm, with
-            # what changing arm costs taken off (budget_switch; priced by its own bucket)
-            switched = self.switch.observe(drafting, seconds, usual)
-            self.cost.observe(rows, drafting, self.switch.steady(drafting, seconds, switched),
-                              self.decisions, stage)
-            self.measured += 1
-            if drafting:
-                self.trust.observe(batch or self.last.batch, rows)
-                if batch:
-                    self.prices.observe(batch, rows, seconds, stage)
-            self.reality.observe(batch, drafting, self.last.probe, tokens, seconds,
-                                 self.decisions)
-            if batch and tokens:  # the guard's baseline: plain steps measured at this batch,
-                # their mean (drafting steps are charged what they took, not a low quantile)
-                self.guard.observe(drafting, charged, tokens, batch, self.cost.baseline(batch))
+        if seconds <= 0:
+            return
+        self.measured += 1
+        if self._holding and not drafting:  # replayed before it is read (flush)
+            self.backlog.steps.append((rows, seconds, batch, tokens, self.decisions))
+            return
+        self.flush()
+        self._measure(rows, drafting, seconds, batch, tokens, depth, self.decisions)
+
+    def _measure(self, rows: int, drafting: bool, seconds: float, batch: int, tokens: int,
+                 depth: int, decision: int) -> None:
+        """:meth:`record_step`'s updates (``decision``: the decision count when it ran)."""
+        stage = self.search.stage(depth)
+        usual = self.cost.measured(rows, drafting, stage)  # its bucket's price, if mature
+        if usual is not None and seconds > STALL * usual:
+            seconds = STALL * usual
+            self.totals["stalls"] += 1
+        # a row count's first drafting step builds its kernels (16-33 ms against 6-9 ms
+        # after, issue 22): charged what the model predicted (else one such step kept a
+        # fresh server's batch plain for hundreds of steps)
+        charged = seconds
+        if drafting and rows not in self._shapes:
+            self._shapes.add(rows)
+            predicted = self.cost.predict(rows, True, stage)
+            charged = min(seconds, predicted) if predicted else seconds
+        # the cost model learns an arm's steady price: a step that changed arm, with
+        # what changing arm costs taken off (budget_switch; priced by its own bucket)
+        switched = self.switch.observe(drafting, seconds, usual)
+        self.cost.observe(rows, drafting, self.switch.steady(drafting, seconds, switched),
+                          decision, stage)
+        if drafting:
+            self.trust.observe(batch or self.last.batch, rows)
+            if batch:
+                self.prices.observe(batch, rows, seconds, stage)
+        self.reality.observe(batch, drafting, self.last.probe, tokens, seconds, decision)
+        if batch and tokens:  # the guard's baseline: plain steps measured at this batch,
+            # their mean (drafting steps are charged what they took, not a low quantile)
+            self.guard.observe(drafting, charged, tokens, batch, self.cost.baseline(batch))
 
     def record_verified(self, req_id: str, drafted: int, accepted: int) -> None:
         """One request's verification: ``drafted`` drafts, the first ``accepted`` kept."""
+        self.flush()
         self.accept.observe(req_id, drafted, accepted)
         self.calibration.verified(req_id, drafted, accepted)
         self.totals["drafted"] += drafted
@@ -156,9 +181,11 @@ class BudgetController:
 
     def expected(self, req_id: str, rows: int) -> list[float]:
         """The gains the request's next ``rows`` rows are priced at (a trace's record)."""
+        self.flush()
         return self.calibration.apply(self.accept.gains(req_id, rows))
 
     def forget(self, live: set[str]) -> None:
+        self.flush()
         self.accept.forget(live)
         self.calibration.forget(live)
 
@@ -166,7 +193,8 @@ class BudgetController:
     def allot(self, req_ids: list[str], limits: list[int],
               remaining: Callable[[], list[int] | None] | None = None) -> list[int]:
         """Drafts per request for the next step (<= each limit); ``limits`` already holds each
-        request's own bound (room left, configured size; 0 for a request that cannot draft);
+        request's own bound (room left, configured size; 0 for a request that cannot draft;
+        never negative);
         ``remaining()``: the tokens each request has left at most, asked only where the batch
         is closed (None, or it returns None: unknown; then the closed-batch rule of
         ``budget_drain`` does not apply)."""
@@ -180,8 +208,13 @@ class BudgetController:
             # switched to another mode and back (set_mode) finds its figures as it left them
             self.decisions += 1
             caps = self._auto(req_ids, limits, remaining)
-        if self.kind == "auto":
-            self.accept.relax_plain(req_ids, caps)
+        if self.kind == "auto":  # requests without drafts: their own counts fade
+            self._holding = not any(caps)
+            if self._holding:  # (budget_backlog: when something reads them)
+                self.backlog.hold_relax(req_ids, self.accept.relax_steps)
+            else:
+                self.flush()
+                self.accept.relax_plain(req_ids, caps)
         self.totals["steps"] += 1
         self.totals["steps_without_drafts"] += not any(caps)
         self.last.caps = caps
@@ -198,6 +231,7 @@ class BudgetController:
                                lambda plain: self._may_keep(batch, plain), young)
         if held is not None:
             return held
+        self.flush()  # deciding afresh reads everything the backlog holds
         plain = self.search.goodput(batch, 0, 0.0)
         if plain is None:  # nothing measured yet: plain decoding first, then grow from it
             self.last = Decision(0, batch, True)
@@ -291,6 +325,8 @@ class BudgetController:
         probe_due = self.explore.schedule.due(self.decisions, self.measured, batch)
         if self.explore.held is not None or probe_due:
             return False
+        if not plain:
+            self.flush()  # the books and the realised rates
         return plain or (self.guard.allows(batch) and not self.reality.lost(batch, self.decisions))
 
     def _probe_caps(self, order: list[tuple[float, int]], rows: int, limits: list[int],
@@ -311,8 +347,10 @@ class BudgetController:
 
     def summary(self) -> str:
         """One line, in words, of what the controller chose and why (the periodic log)."""
+        self.flush()
         return describe(self)
 
     def state(self) -> dict:
         """Everything a decision depends on (TP ranks must agree; diagnostics fingerprint)."""
+        self.flush()
         return fingerprint(self)

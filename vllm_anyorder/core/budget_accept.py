@@ -166,6 +166,20 @@ class Acceptance:
                 if not cap and req_id in own:
                     self.relax(req_id)
 
+    def relax_steps(self, req_ids: list[str], steps: int) -> None:
+        """:meth:`relax_plain` of ``steps`` steps in which none of ``req_ids`` drafted: each
+        count faded once per step, in the same order (the same floats as step by step)."""
+        keep = 1.0 - self.request_decay
+        for req_id in req_ids:
+            own = self.requests.get(req_id)
+            if own is not None:
+                for counts in own[:self._judged.get(req_id, 0)]:
+                    hits, tries = counts
+                    for _ in range(steps):
+                        hits *= keep
+                        tries *= keep
+                    counts[0], counts[1] = hits, tries
+
     def forget(self, live: set[str]) -> None:
         for req_id in [r for r in self.requests if r not in live]:
             del self.requests[req_id]

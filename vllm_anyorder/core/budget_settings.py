@@ -68,9 +68,10 @@ class _Kept(NamedTuple):
 
     req_ids: list[str]  # the batch, in row order
     caps: list[int]
-    steps_left: int  # more steps it may be used
+    steps_left: int  # more steps it may be used (when it was kept: ``KeptDecision._left``)
     closed: bool  # the batch was closed when it was kept
     young: int  # requests in their young steps when it was kept
+    plain: bool  # the caps draft nothing
 
 
 class KeptDecision:
@@ -84,6 +85,7 @@ class KeptDecision:
     def __init__(self, hold: int, longest: int = 15) -> None:
         self.hold, self.longest = hold, longest
         self._kept: _Kept | None = None
+        self._left = 0  # steps the kept decision may still be used
         self._last: tuple[list[str], list[int], bool] | None = None  # the last one kept
         self._repeats = 0  # fresh decisions in a row that came out as the last one kept
 
@@ -98,9 +100,12 @@ class KeptDecision:
         None: decide afresh (and nothing is kept any more)."""
         kept, self._kept = self._kept, None
         if kept is None or kept.closed != closed or kept.young != young or \
-                kept.steps_left <= 0 or kept.req_ids != req_ids or not may(not any(kept.caps)):
+                self._left <= 0 or kept.req_ids != req_ids or not may(kept.plain):
             return None
-        self._kept = kept._replace(steps_left=kept.steps_left - 1)
+        self._kept = kept
+        self._left -= 1
+        if kept.plain:  # (limits are >= 0: nothing to cut)
+            return [0] * len(limits)
         return [min(c, lim) for c, lim in zip(kept.caps, limits)]
 
     def keep(self, req_ids: list[str], caps: list[int], closed: bool = True,
@@ -112,7 +117,9 @@ class KeptDecision:
         self._repeats = self._repeats + 1 if same else 0
         self._last = (list(req_ids), caps, closed)
         hold = min(self.longest, (self.hold + 1) * 2 ** min(self._repeats, 8) - 1)
-        self._kept = _Kept(list(req_ids), caps, hold, closed, young)
+        self._kept = _Kept(list(req_ids), caps, hold, closed, young, not any(caps))
+        self._left = hold
 
     def state(self) -> tuple | None:
-        return (self._kept, self._repeats)
+        kept = self._kept
+        return (kept and kept._replace(steps_left=self._left), self._repeats)

@@ -229,6 +229,7 @@ class StepBudget:
         ``metrics.BudgetStatLogger.log``). Not a new file renamed over the old: on a VM's ext4
         (``discard``) that rename took 204 ms inside an engine step, twice in 527 steps, and
         such a step stalls every request of the batch (issue 22)."""
+        self.controller.flush()  # the cost model, with every plain step held back
         d = self.controller.last
         state = {"cost_slope_s_per_row": self.controller.cost.slope(), "last_rows": d.rows,
                  "predicted_gain": d.goodput / d.plain_goodput if d.plain_goodput else 0.0}
@@ -248,6 +249,7 @@ class StepBudget:
         return hashlib.sha256(state.encode()).hexdigest()[:16]
 
     def stats(self) -> dict[str, Any]:
+        self.controller.flush()
         return {"mode": self.mode, **self.controller.totals,
                 "cost_slope_ms_per_row": self.controller.cost.slope() * 1e3,
                 "last_rows": self.controller.last.rows, "summary": self.controller.summary()}
