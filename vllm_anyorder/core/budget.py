@@ -55,6 +55,7 @@ from .budget_batch_prices import BatchPrices
 from .budget_calibration import Calibration
 from .budget_drain import ClosedBatch, DrainValue, on_grid, water_fill
 from .budget_guard import LossGuard
+from .budget_measure import measure
 from .budget_models import StepCost
 from .budget_probes import Explorer
 from .budget_reality import RealityCheck
@@ -65,10 +66,6 @@ from .budget_settings import BudgetSettings, Decision, KeptDecision, parse_mode
 from .budget_switch import SwitchCost
 
 MIN_GAIN = 1e-3  # rows expected to add fewer accepted drafts than this are never worth one
-# a step over this many times its row count's measured price stalled (the VM, the OS, a
-# collector) and counts as that: one drafting step of 614 ms among 5-6 ms steps charged the
-# books half their horizon, and the batch ran 630 steps plain at 0.79 of cycle:4 (issue 22)
-STALL = 4.0
 
 
 class BudgetController:
@@ -124,7 +121,7 @@ class BudgetController:
         if self.backlog:
             self.backlog.replay_relax(self.accept.relax_steps)
             for rows, seconds, batch, tokens, decision in self.backlog.take_steps():
-                self._measure(rows, False, seconds, batch, tokens, 0, decision)
+                measure(self, rows, False, seconds, batch, tokens, 0, decision)
 
     # ------------------------------------------------------------------ measurements
     def record_step(self, rows: int, drafting: bool, seconds: float, batch: int = 0,
@@ -139,37 +136,7 @@ class BudgetController:
             self.backlog.steps.append((rows, seconds, batch, tokens, self.decisions))
             return
         self.flush()
-        self._measure(rows, drafting, seconds, batch, tokens, depth, self.decisions)
-
-    def _measure(self, rows: int, drafting: bool, seconds: float, batch: int, tokens: int,
-                 depth: int, decision: int) -> None:
-        """:meth:`record_step`'s updates (``decision``: the decision count when it ran)."""
-        stage = self.search.stage(depth)
-        usual = self.cost.measured(rows, drafting, stage)  # its bucket's price, if mature
-        if usual is not None and seconds > STALL * usual:
-            seconds = STALL * usual
-            self.totals["stalls"] += 1
-        # a row count's first drafting step builds its kernels (16-33 ms against 6-9 ms
-        # after, issue 22): charged what the model predicted (else one such step kept a
-        # fresh server's batch plain for hundreds of steps)
-        charged = seconds
-        if drafting and rows not in self._shapes:
-            self._shapes.add(rows)
-            predicted = self.cost.predict(rows, True, stage)
-            charged = min(seconds, predicted) if predicted else seconds
-        # the cost model learns an arm's steady price: a step that changed arm, with
-        # what changing arm costs taken off (budget_switch; priced by its own bucket)
-        switched = self.switch.observe(drafting, seconds, usual)
-        self.cost.observe(rows, drafting, self.switch.steady(drafting, seconds, switched),
-                          decision, stage)
-        if drafting:
-            self.trust.observe(batch or self.last.batch, rows)
-            if batch:
-                self.prices.observe(batch, rows, seconds, stage)
-        self.reality.observe(batch, drafting, self.last.probe, tokens, seconds, decision)
-        if batch and tokens:  # the guard's baseline: plain steps measured at this batch,
-            # their mean (drafting steps are charged what they took, not a low quantile)
-            self.guard.observe(drafting, charged, tokens, batch, self.cost.baseline(batch))
+        measure(self, rows, drafting, seconds, batch, tokens, depth, self.decisions)
 
     def record_verified(self, req_id: str, drafted: int, accepted: int) -> None:
         """One request's verification: ``drafted`` drafts, the first ``accepted`` kept."""
