@@ -59,15 +59,21 @@ class RefinedPositions:
         self.fresh: dict[str, int] = {}  # req_id -> leading positions its chain drafted anew
         self.runs: dict[str, int] = {}  # req_id -> drafting steps verified (up to warmup)
         self.age: dict[str, int] = {}  # req_id -> steps seen (up to warmup_window + 1)
+        # the batch of the last plain step after which all its requests were settled (age at
+        # its cap, nothing refined, nothing drafted anew): another plain step of it changes
+        # nothing (None: not known; any other call clears it)
+        self._settled: tuple[str, ...] | None = None
 
     def drafted(self, req_id: str, fresh: int) -> None:
         """The request's next chain leads with ``fresh`` positions drafted anew this step
         (a pooled n-gram spliced over the head); they count like refined ones."""
+        self._settled = None
         self.fresh[req_id] = fresh
 
     def counted(self, outcomes: list[Outcome]) -> list[Outcome]:
         """Each verified chain cut to the positions its previous verification refined or
         its drafter drafted anew (:meth:`drafted`), whichever reaches further."""
+        self._settled = None
         out = []
         depth, fresh, ages, runs = self.depth, self.fresh, self.age, self.runs
         oldest = self.warmup_window + 1
@@ -91,16 +97,22 @@ class RefinedPositions:
 
     def plain_step(self, req_ids: tuple[str, ...]) -> None:
         """:meth:`counted` of a step in which none of ``req_ids`` drafted (it counts none)."""
+        if req_ids == self._settled:
+            return  # the usual plain step: every request settled already
         depth, ages, oldest = self.depth, self.age, self.warmup_window + 1
         fresh = self.fresh
+        settled = True
         for req_id in req_ids:
             if fresh:
                 fresh.pop(req_id, None)
-            ages[req_id] = min(ages.get(req_id, 0) + 1, oldest)
+            age = ages[req_id] = min(ages.get(req_id, 0) + 1, oldest)
             refined = depth.get(req_id, 0)
             depth[req_id] = refined - 1 if refined > 0 else 0
+            settled = settled and age == oldest and refined <= 1
+        self._settled = req_ids if settled else None
 
     def forget(self, live: set[str]) -> None:
+        self._settled = None
         for known in (self.depth, self.fresh, self.runs, self.age):
             for req_id in [r for r in known if r not in live]:
                 del known[req_id]

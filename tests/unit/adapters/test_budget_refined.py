@@ -107,3 +107,35 @@ def test_a_plain_step_counts_as_outcomes_without_drafts():
         assert a.counted([(r, 0, 0) for r in ids]) == []
         b.plain_step(tuple(ids))
         assert (a.depth, a.fresh, a.runs, a.age) == (b.depth, b.fresh, b.runs, b.age)
+
+
+def test_plain_stretches_and_their_shortcut_keep_the_same_tables():
+    """Long plain stretches (``plain_step`` returns at once for a settled batch) interleaved
+    with drafting steps, anew drafts, departures and joins: the same tables as ``counted``."""
+    import random
+
+    from vllm_anyorder.core.jacobi_refined import RefinedPositions
+
+    rng = random.Random(5)
+    for _ in range(30):
+        a, b = RefinedPositions(), RefinedPositions()
+        ids, born = [f"r{i}" for i in range(rng.randint(1, 5))], 10
+        for _ in range(200):
+            event = rng.random()
+            if event < 0.03:  # a request leaves, another joins
+                ids = ids[1:] + [f"r{born}"]
+                born += 1
+                for t in (a, b):
+                    t.forget(set(ids))
+            elif event < 0.08:
+                req, fresh = rng.choice(ids), rng.randint(0, 4)
+                a.drafted(req, fresh)
+                b.drafted(req, fresh)
+            if rng.random() < 0.1:  # a drafting step
+                k = rng.choice([1, 3, 8])
+                outcomes = [(r, k, rng.randint(0, k)) for r in ids]
+                assert a.counted(outcomes) == b.counted(outcomes)
+            else:
+                a.counted([(r, 0, 0) for r in ids])
+                b.plain_step(tuple(ids))
+            assert (a.depth, a.fresh, a.runs, a.age) == (b.depth, b.fresh, b.runs, b.age)
