@@ -72,7 +72,9 @@ def _set_mode(worker, mode: str) -> str:
 
 def _totals(worker) -> dict:
     """On a worker: the budget controller's running totals (steps, drafted, accepted, ...)."""
-    return dict(worker.model_runner.drafter.budget.controller.totals)
+    controller = worker.model_runner.drafter.budget.controller
+    controller.flush()  # plain steps held back (core/budget_backlog) count their stalls then
+    return dict(controller.totals)
 
 
 def budget_totals(llm) -> dict:
