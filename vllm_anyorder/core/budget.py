@@ -175,15 +175,16 @@ class BudgetController:
             # switched to another mode and back (set_mode) finds its figures as it left them
             self.decisions += 1
             caps = self._auto(req_ids, limits, remaining)
+        plain = not any(caps)
         if self.kind == "auto":  # requests without drafts: their own counts fade
-            self._holding = not any(caps)
-            if self._holding:  # (budget_backlog: when something reads them)
+            self._holding = plain
+            if plain:  # (budget_backlog: when something reads them)
                 self.backlog.hold_relax(req_ids, self.accept.relax_steps)
             else:
                 self.flush()
                 self.accept.relax_plain(req_ids, caps)
         self.totals["steps"] += 1
-        self.totals["steps_without_drafts"] += not any(caps)
+        self.totals["steps_without_drafts"] += plain
         self.last.caps = caps
         return caps
 

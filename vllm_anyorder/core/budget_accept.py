@@ -146,17 +146,21 @@ class Acceptance:
             return self.young_of(req_ids, self.young_steps)
         return sum(1 for r in req_ids if self.age_class(r) == YOUNG)
 
-    def relax(self, req_id: str) -> None:
+    def relax(self, req_id: str, steps: int = 1) -> None:
         """A step in which the request did not draft: its own counts fade as if a step of
         evidence had passed, so a request that stopped drafting after a bad stretch leans
         back on the engine-wide rate and is tried again a few steps later (its own counts
-        only ever change when it drafts)."""
+        only ever change when it drafts). ``steps``: that many such steps, each count faded
+        once per step (the same floats as one call per step)."""
         own = self.requests.get(req_id)
         if own is not None:
             keep = 1.0 - self.request_decay
             for counts in own[:self._judged.get(req_id, 0)]:  # the rest are zeros
-                counts[0] *= keep
-                counts[1] *= keep
+                hits, tries = counts
+                for _ in range(steps):
+                    hits *= keep
+                    tries *= keep
+                counts[0], counts[1] = hits, tries
 
     def relax_plain(self, req_ids: list[str], caps: list[int]) -> None:
         """:meth:`relax` every request of a step that gave it no drafts."""
@@ -167,18 +171,9 @@ class Acceptance:
                     self.relax(req_id)
 
     def relax_steps(self, req_ids: list[str], steps: int) -> None:
-        """:meth:`relax_plain` of ``steps`` steps in which none of ``req_ids`` drafted: each
-        count faded once per step, in the same order (the same floats as step by step)."""
-        keep = 1.0 - self.request_decay
+        """:meth:`relax_plain` of ``steps`` steps in which none of ``req_ids`` drafted."""
         for req_id in req_ids:
-            own = self.requests.get(req_id)
-            if own is not None:
-                for counts in own[:self._judged.get(req_id, 0)]:
-                    hits, tries = counts
-                    for _ in range(steps):
-                        hits *= keep
-                        tries *= keep
-                    counts[0], counts[1] = hits, tries
+            self.relax(req_id, steps)
 
     def forget(self, live: set[str]) -> None:
         for req_id in [r for r in self.requests if r not in live]:

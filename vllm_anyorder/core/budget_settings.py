@@ -68,7 +68,6 @@ class _Kept(NamedTuple):
 
     req_ids: list[str]  # the batch, in row order
     caps: list[int]
-    steps_left: int  # more steps it may be used (when it was kept: ``KeptDecision._left``)
     closed: bool  # the batch was closed when it was kept
     young: int  # requests in their young steps when it was kept
     plain: bool  # the caps draft nothing
@@ -117,9 +116,8 @@ class KeptDecision:
         self._repeats = self._repeats + 1 if same else 0
         self._last = (list(req_ids), caps, closed)
         hold = min(self.longest, (self.hold + 1) * 2 ** min(self._repeats, 8) - 1)
-        self._kept = _Kept(list(req_ids), caps, hold, closed, young, not any(caps))
+        self._kept = _Kept(list(req_ids), caps, closed, young, not any(caps))
         self._left = hold
 
     def state(self) -> tuple | None:
-        kept = self._kept
-        return (kept and kept._replace(steps_left=self._left), self._repeats)
+        return (self._kept, self._repeats, self._left)
