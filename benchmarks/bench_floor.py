@@ -100,6 +100,8 @@ def main() -> int:
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--trace", default=None, help="with --with-auto: the auto row's budget "
                     "trace directory (python -m benchmarks.trace_losses DIR)")
+    ap.add_argument("--target", type=Path, default=None, help="an AR target other than the "
+                    "method's default (e.g. models/ar-target-large, the README's serve model)")
     ap.add_argument("--random-target", action="store_true",
                     help="a random-weight twin of the target (drafts almost never accepted)")
     ap.add_argument("--in-process", action="store_true",
@@ -124,7 +126,9 @@ def main() -> int:
     prompts = load_prompts(args.prompts)
     params = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens,
                             ignore_eos=True, seed=0 if args.temperature else None)
-    target = TARGETS[args.method]
+    target = args.target or TARGETS[args.method]
+    if args.target and args.method == "assd":
+        raise SystemExit("--target: AR targets only (jacobi, specdiff)")
     if args.random_target:
         if args.method == "assd":
             raise SystemExit("--random-target: AR targets only (jacobi, specdiff)")

@@ -167,7 +167,8 @@ def run_method(label: str, row: Row, args, workdir: Path, prompts: Path,
                   f"  repeated 4-grams {repeated:.0%}", flush=True)
             if probe:
                 print(f"{'':>12} per step: period {probe['period_ms']:.3f} ms, forward "
-                      f"{probe['forward_ms']:.3f}, engine {probe['engine_ms']:.3f}; CPU ms per "
+                      f"{probe['forward_ms']:.3f}, engine {probe['engine_ms']:.3f}, rows "
+                      f"{probe['rows']:.2f} ({probe['draft_steps']:.1%} with drafts); CPU ms per "
                       f"token: {probe['cpu_ms_per_token']}", flush=True)
     return rows
 
@@ -207,7 +208,28 @@ def print_ratios(rows: list[dict], base: str = "none") -> None:
             paired = f" (paired {pt:.2f}x, {pp:.2f}x)"
         print(f"{method:>12} {point[0]:>6} c={point[1]:<3} rate={point[2]:<4} median of "
               f"{len(rs)} runs vs {base}: throughput {tput:.2f}x, mean TPOT {tpot:.2f}x"
-              f"{paired}")
+              f"{paired}{in_forwards(rs, ref)}")
+
+
+def in_forwards(runs: list[dict], ref: list[dict]) -> str:
+    """With ``--probe``: a step's period counted in its own server's model forwards, against
+    ``ref``'s (medians over client runs), and the rows per step of both. The forward of the
+    same shapes moves by 10-25% between server instances on a 2-core VM, which no plugin code
+    path can do; this ratio does not, so it resolves a floor of a few percent that wall-clock
+    ratios over a handful of servers cannot. It compares engines only where both run the same
+    rows per step (drafts off, or ``auto`` drafting almost nothing); a drafting row's longer
+    forwards make it read low."""
+    def split(rs):
+        probes = [r["probe"] for r in rs if r.get("probe") and r["probe"].get("forward_ms")]
+        if not probes:
+            return None
+        return (statistics.median(p["period_ms"] / p["forward_ms"] for p in probes),
+                statistics.median(p.get("rows", 0.0) for p in probes))
+    mine, base = split(runs), split(ref)
+    if mine is None or base is None:
+        return ""
+    rows = f" (rows per step {mine[1]:.2f} vs {base[1]:.2f})" if mine[1] and base[1] else ""
+    return f"; a step in forwards {mine[0] / base[0] - 1:+.1%}{rows}"
 
 
 def parse_args(argv: list[str] | None):

@@ -39,5 +39,6 @@ def difference(before: dict, after: dict, tokens: int) -> dict:
                                         / max(1, tokens), 4)
            for name, t in after["cpu"].items()}
     return {"steps": int(s1["steps"] - s0["steps"]),
-            **{f"{k}_ms": round(v, 4) for k, v in split.items()},
+            **{k if k in ("rows", "draft_steps") else f"{k}_ms": round(v, 4)
+               for k, v in split.items()},
             "cpu_ms_per_token": cpu}

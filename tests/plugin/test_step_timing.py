@@ -46,3 +46,19 @@ def test_ledger_entry_applies_only_on_request():
     entry = patches.BY_NAME["step_timing"]
     assert step_timing.ENV in entry.process
     assert entry.section("Why") and entry.section("Remove")
+
+
+def test_rows_and_steps_with_drafts_are_counted_per_step(totals):
+    class Out:
+        def __init__(self, rows, drafts):
+            self.total_num_scheduled_tokens = rows
+            self.scheduled_spec_decode_tokens = drafts
+
+    step = step_timing._timed(lambda runner, scheduler_output: None, "execute_s",
+                             starts_step=True)
+    step(None, Out(9, {}))
+    step(None, Out(25, {"r1": [-1] * 16}))  # a request vLLM padded to [token, -1 x k]
+    step(None, scheduler_output=Out(8, {}))
+    assert totals["rows"] == 42 and totals["draft_steps"] == 1
+    split = step_timing.per_step(totals)
+    assert split["rows"] == 14.0 and abs(split["draft_steps"] - 1 / 3) < 1e-9

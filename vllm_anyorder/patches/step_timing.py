@@ -10,7 +10,7 @@ ENV = "VLLM_ANYORDER_STEP_TIMING"
 IDLE_GAP_S = 0.25
 # running sums in this worker process; read them with collective_rpc (benchmarks/bench_floor.py)
 TOTALS: dict[str, float] = {"calls": 0, "steps": 0, "period_s": 0.0, "execute_s": 0.0,
-                            "forward_s": 0.0, "sample_s": 0.0}
+                            "forward_s": 0.0, "sample_s": 0.0, "rows": 0, "draft_steps": 0}
 _LAST_START = [0.0]
 
 
@@ -27,7 +27,10 @@ def apply_step_timing() -> None:
     (inherited by the V1 ``CPUModelRunner``) with timers that add to :data:`TOTALS`:
     ``calls`` (of ``execute_model``), ``steps`` and ``period_s`` (from one ``execute_model``
     start to the next; gaps over :data:`IDLE_GAP_S` are idling and skipped), ``execute_s``,
-    ``forward_s``, ``sample_s`` (per call: divide by ``calls``).
+    ``forward_s``, ``sample_s`` (per call: divide by ``calls``), ``rows`` (the tokens each
+    step scheduled) and ``draft_steps`` (steps that scheduled draft tokens: verifications, and
+    requests vLLM padded to ``[token, -1 x k]``): two engines' forwards compare only at equal
+    rows per step.
     Applied at ``register()`` only when ``VLLM_ANYORDER_STEP_TIMING=1``; nothing changes
     otherwise.
     Checked: vLLM 0.32.0 (``v1/worker/gpu_model_runner.py:3940`` ``execute_model``, ``:3620``
@@ -48,6 +51,9 @@ def _timed(fn, key: str, starts_step: bool = False):
         start = time.perf_counter()
         if starts_step:
             TOTALS["calls"] += 1
+            out = args[1] if len(args) > 1 else kwargs.get("scheduler_output")
+            TOTALS["rows"] += getattr(out, "total_num_scheduled_tokens", 0)
+            TOTALS["draft_steps"] += bool(getattr(out, "scheduled_spec_decode_tokens", None))
             gap = start - _LAST_START[0]
             if _LAST_START[0] and gap <= IDLE_GAP_S:
                 TOTALS["steps"] += 1
@@ -68,4 +74,5 @@ def per_step(sums: dict) -> dict:
     period = 1e3 * sums["period_s"] / steps
     forward = 1e3 * sums["forward_s"] / calls
     return {"period": period, "forward": forward, "engine": period - forward,
-            "sample": 1e3 * sums["sample_s"] / calls}
+            "sample": 1e3 * sums["sample_s"] / calls, "rows": sums.get("rows", 0) / calls,
+            "draft_steps": sums.get("draft_steps", 0) / calls}
