@@ -126,12 +126,10 @@ def main() -> int:
     prompts = load_prompts(args.prompts)
     params = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens,
                             ignore_eos=True, seed=0 if args.temperature else None)
+    if (args.target or args.random_target) and args.method == "assd":
+        raise SystemExit("--target / --random-target: AR targets only (jacobi, specdiff)")
     target = args.target or TARGETS[args.method]
-    if args.target and args.method == "assd":
-        raise SystemExit("--target: AR targets only (jacobi, specdiff)")
     if args.random_target:
-        if args.method == "assd":
-            raise SystemExit("--random-target: AR targets only (jacobi, specdiff)")
         target = random_twin(target)
     sampling = f"T={args.temperature}" if args.temperature else "greedy"
     from benchmarks.paired import compare_in_process

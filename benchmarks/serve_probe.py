@@ -18,6 +18,8 @@ import psutil
 from benchmarks.load_clients import _worker_rpc
 from vllm_anyorder.patches.step_timing import per_step
 
+TIMES = ("period", "forward", "engine", "sample")  # per_step's milliseconds (the rest: counts)
+
 
 def snapshot(server) -> dict:
     """The worker's step sums and each server process's CPU seconds, now."""
@@ -39,6 +41,5 @@ def difference(before: dict, after: dict, tokens: int) -> dict:
                                         / max(1, tokens), 4)
            for name, t in after["cpu"].items()}
     return {"steps": int(s1["steps"] - s0["steps"]),
-            **{k if k in ("rows", "draft_steps") else f"{k}_ms": round(v, 4)
-               for k, v in split.items()},
+            **{f"{k}_ms" if k in TIMES else k: round(v, 4) for k, v in split.items()},
             "cpu_ms_per_token": cpu}
