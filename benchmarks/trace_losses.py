@@ -12,9 +12,17 @@ steps' medians, which differ between engines and drift between client runs).
 
 Also per mode: the steps in which the batch changed (a request joined or left: not clean,
 their time is the gap since the step before; gaps over ``IDLE`` seconds are idle time between
-client runs). Drafting takes a closed-loop benchmark's requests out of lock step, so their
-prefills stop sharing steps (issue 22: 26-57 such steps per run under ``auto`` against 15-22
-with drafts off, at T=0.8, c=8).
+client runs), and what they took over the tokens they committed at the plain price: their
+excess. Drafting takes a closed-loop benchmark's requests out of lock step, so their prefills
+stop sharing steps: at T=0.8, c=8, ``auto`` ran 110 such steps against 42 with drafts off,
+1.76 s against 0.90 s. Their time alone blamed that for ``auto``'s loss (issue 22, the ninth
+Xeon session); they also committed 818 tokens against 235, and the excess was 0.59 s against
+0.57 s: split prefills cost what shared ones do.
+
+And, for ``auto``'s first draft position, the prediction against the outcome by what the
+request's step before did (``history``): drafted nothing, had a draft rejected, or had its
+whole chain accepted (Jacobi iterates are cold after plain steps and refined after a
+rejection; the acceptance model prices them alike).
 
 And for ``auto``, how well the controller predicted: per draft position, the mean gain it
 priced the drafted rows at (trace lines carry each verified chain's ``gains``) against the
@@ -69,17 +77,56 @@ def losses(lines: list[dict], mode: str | None = None,
     return out, sum(s for rows in steps.values() for _, s, _ in rows)
 
 
-def batch_changes(lines: list[dict], mode: str) -> tuple[int, float]:
-    """``mode``'s steps in which the batch changed, and their seconds (gap since the step
-    before, idle gaps left out)."""
-    n, seconds = 0, 0.0
+def batch_changes(lines: list[dict], mode: str,
+                  medians: dict[int, float] | None = None) -> tuple[int, float, float]:
+    """``mode``'s steps in which the batch changed, their seconds (gap since the step
+    before, idle gaps left out) and their excess: those seconds less the tokens they
+    committed at the plain price of their batch size (``medians``, default these lines';
+    a batch size without plain steps: the nearest one's)."""
+    medians = plain_medians(lines) if medians is None else medians
+    n, seconds, excess = 0, 0.0, 0.0
     for before, line in zip(lines, lines[1:]):
         if line["clean"] or line.get("mode", "auto") != mode:
             continue
         gap = line["t"] - before["t"]
         if 0 < gap <= IDLE:
             n, seconds = n + 1, seconds + gap
-    return n, seconds
+            batch = len(line["requests"])
+            if medians and batch:
+                near = min(medians, key=lambda b: (abs(b - batch), b))
+                excess += gap - committed(line) * medians[near] / near
+            else:
+                excess += gap
+    return n, seconds, excess
+
+
+HISTORIES = ("after plain", "after a rejection", "after a whole chain")
+
+
+def first_draft_by_history(lines: list[dict], mode: str = "auto"
+                           ) -> dict[str, tuple[int, float, float]]:
+    """History (:data:`HISTORIES`: what the request's step before did) -> (chains, mean
+    predicted gain of the first draft, share accepted) over ``mode``'s verified chains that
+    carry the gains they were priced at. A request absent from the step before (it joined,
+    or that step was another mode's) counts as after plain."""
+    sums: dict[str, list[float]] = {h: [0, 0.0, 0.0] for h in HISTORIES}
+    before: dict[str, tuple[int, int]] = {}  # req_id -> (drafted, accepted) the step before
+    for line in lines:
+        mine = line.get("mode", "auto") == mode
+        gains = line.get("gains") or {}
+        now = {}
+        for req_id, drafted, accepted in line["requests"]:
+            now[req_id] = (drafted, accepted) if mine else (0, 0)
+            if not (mine and drafted and gains.get(req_id)):
+                continue
+            k, a = before.get(req_id, (0, 0))
+            history = HISTORIES[0] if not k else HISTORIES[1] if a < k else HISTORIES[2]
+            s = sums[history]
+            s[0] += 1
+            s[1] += gains[req_id][0]
+            s[2] += accepted > 0
+        before = now
+    return {h: (int(n), p / n, a / n) for h, (n, p, a) in sums.items() if n}
 
 
 def calibration(lines: list[dict], mode: str = "auto") -> dict[int, tuple[int, float, float]]:
@@ -114,14 +161,17 @@ def main(argv: list[str] | None = None) -> None:
         for mode in modes:
             per_batch, total = losses(lines, mode if len(modes) > 1 else None, medians)
             lost = sum(b["lost_s"] for b in per_batch.values())
-            changed, changed_s = batch_changes(lines, mode)
+            changed, changed_s, excess = batch_changes(lines, mode, medians)
             print(f"{path.name} {mode}: drafting lost {lost:.3f} s of {total:.2f} s of clean "
                   f"steps ({100 * lost / total if total else 0:+.2f}%); {changed} batch "
-                  f"changes, {changed_s:.2f} s")
+                  f"changes, {changed_s:.2f} s, {excess:.2f} s over their tokens' plain price")
             calib = calibration(lines, mode)
             if calib:
                 print("  predicted / accepted by draft position: " + " ".join(
                     f"{bucket_label(b)}: {p:.2f}/{a:.2f} ({n})" for b, (n, p, a) in calib.items()))
+                print("  first draft, predicted / accepted: " + "; ".join(
+                    f"{h}: {p:.2f}/{a:.2f} ({n})"
+                    for h, (n, p, a) in first_draft_by_history(lines, mode).items()))
             for batch, b in per_batch.items():
                 print(f"  batch {batch:>3}: {b['steps']} steps, {b['drafting_steps']} "
                       f"drafting, plain median {b['plain_ms']:.2f} ms, drafting lost "

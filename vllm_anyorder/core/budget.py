@@ -146,6 +146,14 @@ class BudgetController:
         self.totals["drafted"] += drafted
         self.totals["accepted"] += accepted
 
+    def record_head(self, req_id: str, accepted: bool) -> None:
+        """A verified chain the method's counting rule leaves out (``jacobi``: its head cold
+        after plain steps or stale after a whole chain, or its iterates not warm yet): its
+        first draft checks the price all the same (``budget_calibration``, position 1 only;
+        the acceptance model learns nothing from it)."""
+        self.flush()
+        self.calibration.verified(req_id, 1, int(accepted))
+
     def expected(self, req_id: str, rows: int) -> list[float]:
         """The gains the request's next ``rows`` rows are priced at (a trace's record)."""
         self.flush()

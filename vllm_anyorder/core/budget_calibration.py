@@ -11,6 +11,12 @@ with a pseudo-row of weight ``prior``). The evidence is what the acceptance mode
 counts (``record_verified``): for ``jacobi`` its refined positions only
 (``core/jacobi_refined``), so a deep position drafted cold, after a short chain, does not
 teach the calibration that deep rows fail (the trap that counting refined positions avoids).
+Position 1 has no such trap (every drafting step drafts it), so there every chain's first
+draft counts (``record_head``): counted or not, it was priced. Only the counted ones taught
+position 1 before, and ``jacobi`` at T=0.8 (concurrency 8, ``ar-target-large``, the AMX Xeon)
+priced the first draft at 0.28 where 0.22 were accepted: 0.22 / 0.17 after plain steps and
+0.24 / 0.17 after a rejection, its heads cold or stale where the counted ones were pooled
+n-grams; the drafting steps lost 1.1% of the time (issue 22).
 
 Why (issue 22, ``jacobi`` at batch 8 on the AMX Xeon, traces holding the predicted gains):
 the model builds g_j from conditional rates, and a position seldom judged leans on the one

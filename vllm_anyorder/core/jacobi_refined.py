@@ -26,7 +26,8 @@ Counted, every new batch's requests were priced by them (the young class of
 ``core.budget_accept``), and each batch's first dozen steps ran plain where fixed chains paid.
 
 The proposer hands an instance to its budget (``proposers/budget.py``), which calls
-:meth:`RefinedPositions.counted` with every step's outcomes.
+:meth:`RefinedPositions.counted` with every step's outcomes. A chain left out still checks
+its first draft's price (``core/budget_calibration``: position 1, where there is no trap).
 """
 
 from __future__ import annotations

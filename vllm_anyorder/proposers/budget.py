@@ -177,6 +177,11 @@ class StepBudget:
         for req_id, k, accepted in counted:
             if k:
                 self.controller.record_verified(req_id, k, accepted)
+        if self.counting is not None:  # every chain's first draft checks its price
+            heads = {req_id for req_id, k, _ in counted if k}
+            for req_id, k, accepted in outcomes:
+                if k and req_id not in heads:
+                    self.controller.record_head(req_id, accepted > 0)
         if clean and seconds > 0:
             # progress: one per request and its accepted drafts (a step's committed tokens;
             # a denoising round's baseline steps moved, the currency its goodput is in)

@@ -139,3 +139,37 @@ def test_plain_stretches_and_their_shortcut_keep_the_same_tables():
                 a.counted([(r, 0, 0) for r in ids])
                 b.plain_step(tuple(ids))
             assert (a.depth, a.fresh, a.runs, a.age) == (b.depth, b.fresh, b.runs, b.age)
+
+
+class _CountsNothing:
+    """A counting rule that leaves every chain out (as Jacobi's does a cold or stale head)."""
+
+    probe_hold, cold_after_plain = 1, False
+
+    def counted(self, outcomes):
+        return []
+
+    def plain_step(self, req_ids):
+        pass
+
+    def forget(self, live):
+        pass
+
+
+def test_a_chain_left_uncounted_still_checks_its_first_drafts_price():
+    """Its first draft was priced, so the calibration sees it at position 1 (and nowhere
+    deeper); the acceptance model learns nothing from it. Jacobi at T=0.8 priced its first
+    drafts at 0.28 where 0.22 were accepted while only the counted ones were checked."""
+    b = StepBudget("auto", MAX, counting=_CountsNothing())
+    c = b.controller
+    c.calibration.priced(["r0", "r1"], [[0.8, 0.6], [0.8, 0.6]])
+    b._record(["r0", "r1"], 6, True, False, 0.0, [("r0", 2, 0), ("r1", 2, 2)])
+    keep = 1 - c.calibration.decay  # r0's 0.8 (rejected) forgotten once, then r1's (accepted)
+    assert [[round(x, 12) for x in s] for s in c.calibration.sums] == \
+        [[1.0, round(0.8 * keep + 0.8, 12)]]
+    assert c.accept.requests == {} and c.totals["drafted"] == 0
+    counted = StepBudget("auto", MAX)  # no counting rule: every row counts, once
+    counted.controller.calibration.priced(["r0"], [[0.8, 0.6]])
+    counted._record(["r0"], 3, True, False, 0.0, [("r0", 2, 1)])
+    assert [[round(x, 12) for x in s] for s in counted.controller.calibration.sums] == \
+        [[1.0, 0.8], [0.0, 0.6]]
