@@ -116,14 +116,18 @@ def text_repetition(texts: list[str], tokenizer) -> float:
                                    for t in texts]), 3)
 
 
-def _runs(points: list[tuple], row: Row, modes: list[str], round_: int) -> list[tuple]:
-    """(point, budget mode) of one server's client runs: each point once per mode (rotated
-    by the round, so no mode always runs first on a fresh server); mode None: as started
-    (no speculation, or no ``--modes``)."""
+def _runs(points: list[tuple], row: Row, modes: list[str], round_: int,
+          passes: int = 1) -> list[tuple]:
+    """(point, budget mode) of one server's client runs: each point once per mode and pass
+    (the modes rotated by the round, so no mode always runs first on a fresh server, and
+    reversed every other pass: A B B A, so each run of a mode has one of the other mode
+    next to it); mode None: as started (no speculation, or no ``--modes``), once a pass."""
     if not modes or methods.lookup((row.spec or {}).get("method"), None) is None:
-        return [(p, None) for p in points]
+        return [(p, None) for _ in range(passes) for p in points]
     k = round_ % len(modes)
-    return [(p, m) for p in points for m in modes[k:] + modes[:k]]
+    order = modes[k:] + modes[:k]
+    return [(p, m) for i in range(passes) for p in points
+            for m in (order if i % 2 == 0 else order[::-1])]
 
 
 def run_method(label: str, row: Row, args, workdir: Path, prompts: Path,
@@ -138,7 +142,8 @@ def run_method(label: str, row: Row, args, workdir: Path, prompts: Path,
                 dtype=args.dtype) as server:
         startup_s = round(time.time() - t0, 1)
         rows = []
-        for (dataset, concurrency, rate), mode in _runs(points, row, args.modes, round_):
+        for (dataset, concurrency, rate), mode in _runs(points, row, args.modes, round_,
+                                                        args.passes):
             name = f"{label}@{mode}" if mode else label
             if mode:
                 worker_set_budget_mode(server.base, mode)
@@ -263,6 +268,10 @@ def parse_args(argv: list[str] | None):
                     "comma-separated by ';': each plugin method's server runs every point once "
                     "per mode, switched live (rows LABEL@MODE): compares modes without the "
                     "spread between server instances")
+    ap.add_argument("--passes", type=int, default=1, help="client runs of each point and "
+                    "mode per server, modes in A B B A order: on a 2-core VM one server's "
+                    "forward drifts by up to 13%% between two 15-second runs, and a mode's "
+                    "runs bracketed by the other's cancel a drift that lasts the passes")
     ap.add_argument("--probe", action="store_true", help="servers with the step-timing "
                     "patch; each run also records ms per step (period, forward, engine) and "
                     "each server process's CPU ms per token (benchmarks/serve_probe.py)")

@@ -43,3 +43,16 @@ def test_modes_run_per_point_and_rotate_with_the_round():
     for row in (Row("target", None, {}), Row("target", {"method": "ngram"}, {})):
         assert _runs(points, row, ["auto", "cycle:0"], 0) == [(p, None) for p in points]
     assert _runs(points, plugin, [], 0) == [(p, None) for p in points]
+
+
+def test_passes_bracket_each_mode_with_the_other():
+    from benchmarks.bench_serve import _runs
+    from benchmarks.load_test import Row
+
+    point = ("custom", 8, "inf")
+    plugin = Row("target", {"method": "jacobi", "num_speculative_tokens": 8}, {})
+    assert [m for _, m in _runs([point], plugin, ["auto", "cycle:0"], 0, passes=4)] == \
+        ["auto", "cycle:0", "cycle:0", "auto"] * 2
+    assert [m for _, m in _runs([point], plugin, ["auto", "cycle:0"], 1, passes=2)] == \
+        ["cycle:0", "auto", "auto", "cycle:0"]
+    assert _runs([point], Row("target", None, {}), ["auto"], 0, passes=3) == [(point, None)] * 3
