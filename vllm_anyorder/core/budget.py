@@ -91,6 +91,7 @@ class BudgetController:
         self.accept.young_of = self.closed.watch.young
         self.kept = KeptDecision(settings.closed_hold)  # a decision used a few steps
         self.measured = 0  # steps whose cost was measured
+        self.after_drafting: int | None = None  # measured steps since drafting (budget_measure)
         self._shapes: set[int] = set()  # row counts a drafting step has run at
         self.decisions = 0
         self.chosen = (0, 0)  # R of the last non-probe decision and its batch (hysteresis)

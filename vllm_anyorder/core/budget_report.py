@@ -29,6 +29,7 @@ def fingerprint(c) -> dict:
             "probes": c.explore.state(), "guard": c.guard.state(),
             "trust": sorted(c.trust.widest.items()), "closed": c.closed.state(),
             "kept": c.kept.state(), "switch": c.switch.state(),
+            "after_drafting": c.after_drafting,
             "prices": c.prices.state(),
             "realized": sorted([list(k), [round(x, 9) for x in v]]
                                for k, v in c.reality.realized.table.items())

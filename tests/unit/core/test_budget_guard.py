@@ -264,3 +264,32 @@ def test_a_closed_batchs_tail_drafts_at_a_batch_size_it_ran_no_plain_step_at():
     assert any(ctl.allot(ids, [4] * 7))
     between = (ctl.cost.typical(6) + ctl.cost.typical(8)) / 2  # the line through 6 and 8
     assert ctl.guard.books[7][0] == pytest.approx(ctl.guard.horizon * between, rel=0.02)
+
+
+def test_plain_steps_right_after_drafting_are_booked_to_it():
+    """A plain step within ``AFTER_DRAFTING`` measured steps of a drafting one is charged its
+    excess over the plain mean (signed), as a drafting step is; later ones are not."""
+    from vllm_anyorder.core.budget_measure import AFTER_DRAFTING
+
+    ctl = BudgetController(BudgetSettings(max_drafts=4))
+    for _ in range(3 * YOUNG_SAMPLES):  # a plain baseline at batch 2: 10 ms
+        ctl.record_step(2, False, 0.010, 2, 2)
+    ctl.flush()
+    book = ctl.guard.books[2]
+    ctl.record_step(4, True, 0.010, 2, 4)  # a drafting step that paid: 10 ms for 4 tokens
+    assert ctl.after_drafting == 0
+    lost = book[1]
+    plain = ctl.cost.baseline(2)
+    ctl.record_step(2, False, 0.014, 2, 2)  # the slow plain step after it: charged
+    ctl.flush()
+    assert book[1] > lost * ctl.guard.keep + 0.003
+    for _ in range(AFTER_DRAFTING - 1):
+        ctl.record_step(2, False, 0.011, 2, 2)
+    ctl.flush()
+    assert ctl.after_drafting == AFTER_DRAFTING
+    lost = book[1]
+    ctl.record_step(2, False, 0.020, 2, 2)  # further on: elapsed only
+    ctl.flush()
+    assert ctl.after_drafting is None
+    assert book[1] == pytest.approx(lost * ctl.guard.keep)
+    assert plain is not None and ctl.state()["after_drafting"] is None
