@@ -19,6 +19,12 @@ stop sharing steps: at T=0.8, c=8, ``auto`` ran 110 such steps against 42 with d
 Xeon session); they also committed 818 tokens against 235, and the excess was 0.59 s against
 0.57 s: split prefills cost what shared ones do.
 
+Per trace file, the plain steps after drafting (:func:`after_drafting`: ``auto``'s plain
+steps at the usual batch size by measured steps since its last drafting step, against the
+other modes' median: +0.6-2.4 ms the first, up to +1.9 ms the next four, issue 22) and the
+client runs in time order (:func:`passes`: each run's mode, plain step median, drafting steps
+and how often the books held drafting back).
+
 And, for ``auto``'s first draft position, the prediction against the outcome by what the
 request's step before did (``history``): drafted nothing, had a draft rejected, or had its
 whole chain accepted (Jacobi iterates are cold after plain steps and refined after a
@@ -153,6 +159,67 @@ def bucket_label(bucket: int) -> str:
     return str(lo) if lo == hi else f"{lo}-{hi}"
 
 
+DISTANCES = ((1, 1), (2, 5), (6, 30), (31, None))  # steps since drafting, as printed
+
+
+def usual_batch(lines: list[dict]) -> int | None:
+    """The batch size of most clean plain steps (ties: the larger)."""
+    sizes = [len(line["requests"]) for line in lines if line["clean"] and not line["drafting"]]
+    return max(set(sizes), key=lambda b: (sizes.count(b), b)) if sizes else None
+
+
+def after_drafting(lines: list[dict], batch: int, mode: str = "auto"
+                   ) -> dict[str, tuple[int, float]]:
+    """Label ("1", "2-5", "6-30", ">30") -> (steps, median seconds) of ``mode``'s clean plain
+    steps of ``batch`` requests, by clean steps since that mode's last drafting step (none
+    counted before its first, nor across another mode's steps)."""
+    labels = [str(lo) if lo == hi else f"{lo}-{hi}" if hi else f">{lo - 1}"
+              for lo, hi in DISTANCES]
+    since, found = None, {label: [] for label in labels}
+    for line in lines:
+        if line.get("mode", "auto") != mode:
+            since = None
+            continue
+        if not line["clean"]:
+            continue
+        if line["drafting"]:
+            since = 0
+            continue
+        if since is None:
+            continue
+        since += 1
+        if len(line["requests"]) == batch:
+            for (lo, hi), label in zip(DISTANCES, labels):
+                if since >= lo and (hi is None or since <= hi):
+                    found[label].append(line["seconds"])
+    return {label: (len(v), statistics.median(v)) for label, v in found.items() if v}
+
+
+def passes(lines: list[dict], batch: int | None, idle: float = 2.0,
+           least: int = 200) -> list[dict]:
+    """The client runs in time order: one mode's steps, split where the mode changes or the
+    engine idled over ``idle`` s; those of at least ``least`` steps, each {mode, steps,
+    drafting (clean drafting steps), guarded (steps the books held plain), plain_s (median
+    clean plain step of ``batch`` requests; None: none)}."""
+    runs: list[list[dict]] = []
+    for before, line in zip([None] + lines[:-1], lines):
+        if before is None or line.get("mode", "auto") != before.get("mode", "auto") \
+                or line["t"] - before["t"] > idle:
+            runs.append([])
+        runs[-1].append(line)
+    out = []
+    for run in runs:
+        if len(run) < least:
+            continue
+        plain = [x["seconds"] for x in run if x["clean"] and not x["drafting"]
+                 and len(x["requests"]) == batch]
+        out.append({"mode": run[0].get("mode", "auto"), "steps": len(run),
+                    "drafting": sum(1 for x in run if x["clean"] and x["drafting"]),
+                    "guarded": sum(1 for x in run if x.get("guarded")),
+                    "plain_s": statistics.median(plain) if plain else None})
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     for path in sorted(Path((argv or sys.argv[1:])[0]).glob("*.jsonl")):
         lines = read_trace_lines(path)
@@ -176,6 +243,22 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"  batch {batch:>3}: {b['steps']} steps, {b['drafting_steps']} "
                       f"drafting, plain median {b['plain_ms']:.2f} ms, drafting lost "
                       f"{b['lost_s']:+.3f} s")
+        batch = usual_batch(lines)
+        others = [x["seconds"] for x in lines if x.get("mode", "auto") != "auto"
+                  and x["clean"] and not x["drafting"] and len(x["requests"]) == batch]
+        after = after_drafting(lines, batch) if batch else {}
+        if after and others:
+            ref = statistics.median(others)
+            print(f"  auto's plain steps at batch {batch} by steps since drafting, against "
+                  f"the other modes' {1e3 * ref:.2f} ms: " + " ".join(
+                      f"{label}: {1e3 * (m - ref):+.2f} ms ({n})"
+                      for label, (n, m) in after.items()))
+        runs = passes(lines, batch)
+        if len(runs) > 1:
+            print("  client runs: " + " ".join(
+                f"{r['mode']} {1e3 * r['plain_s']:.2f} ms ({r['drafting']} drafting, "
+                f"{r['guarded']} held back)" if r["plain_s"] else f"{r['mode']} -"
+                for r in runs))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """``benchmarks/trace_losses``: what drafting steps lost against the same engine's plain steps,
 per budget mode, and the steps in which the batch changed (issue 22)."""
 
-from benchmarks.trace_losses import (batch_changes, bucket_label, calibration,
-                                     first_draft_by_history, losses, plain_medians)
+from benchmarks.trace_losses import (after_drafting, batch_changes, bucket_label,
+                                     calibration, first_draft_by_history, losses, passes,
+                                     plain_medians, usual_batch)
 
 
 def step(t, seconds, drafting=False, accepted=(0, 0), clean=True, mode=None):
@@ -75,3 +76,34 @@ def test_calibration_compares_the_priced_gains_with_the_accepted_rows_by_positio
     assert calibration([a, b]) == {0: (2, 0.7, 0.5), 1: (2, 0.3, 0.5)}
     assert calibration([step(0.0, 0.01)]) == {}  # lines without gains
     assert [bucket_label(b) for b in (0, 7, 8, 9, 10)] == ["1", "8", "9-11", "12-15", "16-22"]
+
+
+def test_plain_steps_are_grouped_by_steps_since_the_modes_last_drafting_step():
+    lines = [step(0.00, 0.010),                          # before any drafting: not counted
+             step(0.01, 0.020, True, (1, 1)),            # drafting
+             step(0.03, 0.014), step(0.05, 0.0, clean=False),  # 1st; a batch change: skipped
+             step(0.06, 0.012), step(0.07, 0.011),       # 2nd, 3rd
+             step(0.08, 0.010, mode="cycle"),            # another mode: the count stops
+             step(0.09, 0.013)]                          # not counted (no drafting since)
+    lines += [step(0.10 + 0.01 * i, 0.010) for i in range(3)]
+    out = after_drafting(lines, 2)
+    assert list(out) == ["1", "2-5"] and out["1"] == (1, 0.014)
+    assert out["2-5"] == (2, 0.0115)
+    lines[-3:] = [step(0.20, 0.02, True, (0, 0))] + [step(0.21 + 0.01 * i, 0.010)
+                                                     for i in range(31)]
+    out = after_drafting(lines, 2)
+    assert out["6-30"][0] == 25 and out[">30"] == (1, 0.010) and out["1"][0] == 2
+    assert usual_batch(lines) == 2
+
+
+def test_passes_split_at_mode_changes_and_idle_gaps():
+    run = [step(0.01 * i, 0.010) for i in range(5)]
+    run[1] = {**run[1], "guarded": True}
+    run[2] = step(0.02, 0.02, True, (1, 0))
+    other = [step(1.0 + 0.01 * i, 0.012, mode="cycle") for i in range(4)]
+    later = [step(5.0 + 0.01 * i, 0.009) for i in range(4)]  # after an idle gap: its own
+    out = passes(run + other + later, 2, least=4)
+    assert [(r["mode"], r["steps"], r["drafting"], r["guarded"]) for r in out] == [
+        ("auto", 5, 1, 1), ("cycle", 4, 0, 0), ("auto", 4, 0, 0)]
+    assert [r["plain_s"] for r in out] == [0.010, 0.012, 0.009]
+    assert passes(run, 2, least=6) == []
