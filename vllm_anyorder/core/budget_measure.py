@@ -7,10 +7,10 @@ step ran under."""
 
 from __future__ import annotations
 
-# plain steps this close after a drafting step run slower than plain steps further on (a
-# trace of ``jacobi`` at T=0.8, concurrency 8, 2-core Xeon: +0.9-3.7 ms the first, +0.2-1.9 ms
-# the next four, then nothing; where drafting ran 11-22% of the steps, the plain steps' median
-# rose 9-13%): drafting's cost, booked to it (budget_guard; issue 22)
+# plain steps this close after a drafting step run slower than plain steps further on
+# (traces of ``jacobi`` at T=0.8, concurrency 8, 2-core Xeon, 11 servers: +0.6-3.7 ms the
+# first, +0.0-1.9 ms the next four, then nothing; where drafting ran 11-22% of the steps, the
+# plain steps' median rose 9-13%): drafting's cost, booked to it (budget_guard; issue 22)
 AFTER_DRAFTING = 5
 # a step over this many times its row count's measured price stalled (the VM, the OS, a
 # collector) and counts as that: one drafting step of 614 ms among 5-6 ms steps charged the
