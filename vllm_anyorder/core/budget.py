@@ -153,23 +153,12 @@ class BudgetController:
         first draft checks the price all the same (``budget_calibration``, position 1 only;
         the acceptance model learns nothing from it)."""
         self.flush()
-        self.calibration.verified(req_id, 1, int(accepted), counted=False)
-
-    def record_chains(self, outcomes: list[tuple[str, int, int]]) -> None:
-        """A step's verified chains, whole (req_id, drafts, accepted; whatever the counting
-        rule counts): what each request did sets the history its next rows are priced
-        after (``budget_calibration``)."""
-        followed, decision = self.calibration.followed, self.decisions
-        for req_id, drafted, accepted in outcomes:
-            if drafted:
-                followed(req_id, drafted, accepted, decision)
+        self.calibration.verified(req_id, 1, int(accepted))
 
     def expected(self, req_id: str, rows: int) -> list[float]:
-        """The gains the request's next ``rows`` rows are priced at (a trace's record: before
-        the step's outcomes are recorded, so after the history its decision saw)."""
+        """The gains the request's next ``rows`` rows are priced at (a trace's record)."""
         self.flush()
-        return self.calibration.apply(self.accept.gains(req_id, rows), 0.0,
-                                      self.calibration.history(req_id, self.decisions))
+        return self.calibration.apply(self.accept.gains(req_id, rows))
 
     def forget(self, live: set[str]) -> None:
         self.flush()
@@ -331,7 +320,7 @@ class BudgetController:
         against the outcomes, scaled as that check found them (``budget_calibration``)."""
         raw = [self.accept.gains(req_id, min(limit, most), MIN_GAIN, personal)
                for req_id, limit in zip(req_ids, limits)]
-        return self.calibration.priced(req_ids, raw, self.decisions, MIN_GAIN)
+        return self.calibration.priced(req_ids, raw, MIN_GAIN)
 
     def summary(self) -> str:
         """One line, in words, of what the controller chose and why (the periodic log)."""

@@ -182,7 +182,6 @@ class StepBudget:
             for req_id, k, accepted in outcomes:
                 if k and req_id not in heads:
                     self.controller.record_head(req_id, accepted > 0)
-        self.controller.record_chains(outcomes)  # the history each request's next rows follow
         if clean and seconds > 0:
             # progress: one per request and its accepted drafts (a step's committed tokens;
             # a denoising round's baseline steps moved, the currency its goodput is in)

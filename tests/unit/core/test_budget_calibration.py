@@ -56,52 +56,12 @@ def test_the_controller_checks_its_own_decisions_and_forgets_finished_requests()
     checked against (the evidence is what the acceptance model counts), and a finished
     request's prediction is dropped."""
     c = BudgetController(BudgetSettings(max_drafts=8))
-    raw = c.calibration.priced(["a", "b"], [[0.6, 0.5, 0.4], [0.2]], c.decisions)
+    raw = c.calibration.priced(["a", "b"], [[0.6, 0.5, 0.4], [0.2]])
     assert raw == [[0.6, 0.5, 0.4], [0.2]]
     for _ in range(400):
-        c.calibration.priced(["a"], [[0.6, 0.5, 0.4]], c.decisions)
+        c.calibration.priced(["a"], [[0.6, 0.5, 0.4]])
         c.record_verified("a", 3, 0)  # never accepted
     assert c.calibration.scales()[0] < 0.1  # fed by record_verified: 0.6 priced, 0 accepted
     c.forget({"a"})
     assert set(c.calibration.predicted) == {"a"}
     assert "calibration" in c.state()
-
-
-def test_each_history_is_priced_by_what_its_rows_accepted_and_uncounted_heads_by_none():
-    """Rows after a whole chain accepted 0.9 where 0.5 was predicted, after a rejection 0.1:
-    each is priced near its own rate, the engine-wide price between them. First drafts the
-    counting rule left out (cold heads) check the engine-wide price only: fed to a history
-    they would teach it that cold chains fail (``test_budget_refined``'s trap)."""
-    from vllm_anyorder.core.budget_calibration import PLAIN, REJECTED, WHOLE
-    rng, cal = random.Random(1), Calibration()
-    for _ in range(400):
-        cal.observe([0.5], rng.random() < 0.9, WHOLE)
-        cal.observe([0.5], rng.random() < 0.1, REJECTED)
-    engine_wide = cal.apply([0.5])[0]
-    assert engine_wide == pytest.approx(0.5, abs=0.05)  # the two histories average out
-    assert cal.apply([0.5], 0.0, WHOLE)[0] == pytest.approx(0.9, abs=0.06)
-    assert cal.apply([0.5], 0.0, REJECTED)[0] == pytest.approx(0.1, abs=0.06)
-    assert cal.apply([0.5], 0.0, PLAIN)[0] == engine_wide  # no evidence of its own
-    cal.predicted["r"] = (PLAIN, [0.5])
-    for _ in range(400):
-        cal.verified("r", 1, 0, counted=False)
-    assert cal.apply([0.5], 0.0, PLAIN)[0] == cal.apply([0.5])[0] < 0.2
-    assert not cal.by_history[PLAIN]
-
-
-def test_a_requests_history_is_what_its_chain_did_in_the_step_before():
-    """Through the controller: a chain verified under decision d sets the history decision
-    d + 1 prices by; a step without it (plain, or later) prices as after plain."""
-    from vllm_anyorder.core.budget_calibration import PLAIN, REJECTED, WHOLE
-    c = BudgetController(BudgetSettings(max_drafts=8))
-    c.decisions = 5
-    c.record_chains([("a", 3, 3), ("b", 3, 1), ("c", 0, 0)])
-    cal = c.calibration
-    assert [cal.history(r, 6) for r in "abcd"] == [WHOLE, REJECTED, PLAIN, PLAIN]
-    assert [cal.history(r, 7) for r in "ab"] == [PLAIN, PLAIN]  # a step passed in between
-    cal.priced(["a", "b"], [[0.5], [0.5]], 6)
-    assert cal.predicted == {"a": (WHOLE, [0.5]), "b": (REJECTED, [0.5])}
-    c.record_verified("a", 1, 1)
-    assert cal.by_history[WHOLE] and not cal.by_history[REJECTED]
-    c.forget({"b"})
-    assert set(cal.last) == set(cal.predicted) == {"b"}
