@@ -244,11 +244,9 @@ def main(argv: list[str] | None = None) -> None:
                       f"drafting, plain median {b['plain_ms']:.2f} ms, drafting lost "
                       f"{b['lost_s']:+.3f} s")
         batch = usual_batch(lines)
-        others = [x["seconds"] for x in lines if x.get("mode", "auto") != "auto"
-                  and x["clean"] and not x["drafting"] and len(x["requests"]) == batch]
+        ref = plain_medians([x for x in lines if x.get("mode", "auto") != "auto"]).get(batch)
         after = after_drafting(lines, batch) if batch else {}
-        if after and others:
-            ref = statistics.median(others)
+        if after and ref is not None:
             print(f"  auto's plain steps at batch {batch} by steps since drafting, against "
                   f"the other modes' {1e3 * ref:.2f} ms: " + " ".join(
                       f"{label}: {1e3 * (m - ref):+.2f} ms ({n})"
