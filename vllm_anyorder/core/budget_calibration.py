@@ -60,6 +60,7 @@ class Calibration:
         self.decay, self.prior = decay, prior
         self.sums: list[list[float]] = []  # bucket -> [accepted, predicted]
         self._scales: list[float] | None = None
+        self._by_position: list[float] | None = None  # the scales by position (apply)
         # req_id -> the gains its last decision priced its rows at (before scaling)
         self.predicted: dict[str, list[float]] = {}
 
@@ -91,7 +92,7 @@ class Calibration:
             s = sums[b]
             s[0] = s[0] * keep + (1.0 if j < accepted else 0.0)
             s[1] = s[1] * keep + g
-        self._scales = None
+        self._scales = self._by_position = None
 
     def scales(self) -> list[float]:
         """Per bucket, accepted over predicted, shrunk to 1 (built once per observation)."""
@@ -103,17 +104,27 @@ class Calibration:
     def apply(self, gains: list[float], floor: float = 0.0) -> list[float]:
         """``gains`` scaled by position, capped at 1 and kept non-increasing, stopping before
         the first below ``floor``."""
-        scales = self.scales()
-        out, last, n, buckets = [], 1.0, len(scales), _BUCKETS
-        for j, g in enumerate(gains):
-            b = buckets[j] if j < 256 else position_bucket(j)
-            scaled = g * scales[b] if b < n else g
+        by_position = self._by_position
+        if by_position is None or len(by_position) < len(gains):
+            by_position = self._positions(len(gains))
+        out, last = [], 1.0
+        for g, scale in zip(gains, by_position):
+            scaled = g * scale
             if scaled < last:
                 last = scaled
             if last < floor:
                 break
             out.append(last)
         return out
+
+    def _positions(self, n: int) -> list[float]:
+        """:meth:`scales` by position 0..n-1 (1.0 past the buckets observed: g * 1.0 is g),
+        kept until an observation changes them."""
+        scales = self.scales()
+        count = len(scales)
+        self._by_position = [scales[b] if b < count else 1.0
+                             for b in (_bucket(j) for j in range(max(n, 32)))]
+        return self._by_position
 
     def state(self) -> list:
         return [[round(h, 9), round(p, 9)] for h, p in self.sums]

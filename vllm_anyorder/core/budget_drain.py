@@ -158,7 +158,7 @@ def drain_seconds(remaining: list[int], rate: list[float], rows: list[int],
     that many rows (None: unknown, and so is the drain); ``own(requests, rows)``: a drafting
     step's price from that batch size's own steps, where it has some
     (``budget_batch_prices.BatchPrices``; None: ``seconds_of``'s)."""
-    finish = sorted(zip((n / r for n, r in zip(remaining, rate)), rows))
+    finish = sorted(zip([n / r for n, r in zip(remaining, rate)], rows))
     running, drafts, alive = len(remaining) + sum(rows), sum(rows), len(remaining)
     total, before = 0.0, 0.0
     for steps, kept in finish:
@@ -192,6 +192,7 @@ class DrainValue:
         self.tokens = float(sum(remaining))
         self._memo: dict[int, float | None] = {}
         self._upto, self._rate, self._rows = 0, [1.0] * len(remaining), [0] * len(remaining)
+        self._owns: dict[int, Callable[[int, int], float | None]] = {}  # depth -> own_of
 
     def __call__(self, r: int) -> float | None:
         if r in self._memo:
@@ -207,10 +208,7 @@ class DrainValue:
         plain = self.tables(False, 0)
         depth = self.depth[min(r, len(self.depth) - 1)]
         drafting = self.tables(True, depth) if r else plain
-        own, own_of = self.own, None
-        if own is not None and r:
-            def own_of(requests: int, n: int) -> float | None:
-                return own(requests, n, depth)
+        own_of = self._own_of(depth) if r else None
         value = None
         if plain is not None and drafting is not None:
             seconds = drain_seconds(self.remaining, rate, rows,
@@ -218,6 +216,19 @@ class DrainValue:
             value = self.tokens / seconds if seconds and self.tokens else None
         self._memo[r] = value
         return value
+
+
+    def _own_of(self, depth: int) -> Callable[[int, int], float | None] | None:
+        """``own`` at this depth (built once a decision)."""
+        own = self.own
+        if own is None:
+            return None
+        own_of = self._owns.get(depth)
+        if own_of is None:
+            def own_of(requests: int, n: int) -> float | None:
+                return own(requests, n, depth)
+            self._owns[depth] = own_of
+        return own_of
 
 
 def thin(rows: list[int], batch: int) -> list[int]:
