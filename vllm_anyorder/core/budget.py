@@ -50,7 +50,7 @@ from __future__ import annotations
 from typing import Callable
 
 from .budget_accept import Acceptance
-from .budget_backlog import PlainBacklog
+from .budget_backlog import HeldRecords, PlainBacklog
 from .budget_batch_prices import BatchPrices
 from .budget_calibration import Calibration
 from .budget_drain import ClosedBatch, DrainValue, on_grid, water_fill
@@ -101,6 +101,12 @@ class BudgetController:
         # before anything reads it (budget_backlog): ``_holding`` while that decision stands
         self.backlog = PlainBacklog()
         self._holding = False
+        # and a kept decision to draft, once reused (its books were read when it was decided
+        # and at its first reuse), holds its steps' records back till the next fresh
+        # decision (``held``; ``defer_records``: a test hook)
+        self._kept_drafting = False
+        self.defer_records = True
+        self.held = HeldRecords()
         self.totals = {"steps": 0, "steps_without_drafts": 0, "drafted": 0, "accepted": 0,
                        "probes": 0, "guarded": 0, "stalls": 0}
 
@@ -113,7 +119,7 @@ class BudgetController:
         """Switch the mode of a live controller (a test and benchmark hook:
         ``benchmarks/bench_switch.py``); what ``auto`` learnt is kept."""
         self.flush()
-        self._holding = False
+        self._holding = self._kept_drafting = False
         self.kind, self.cycle = parse_mode(mode)
 
     def flush(self) -> None:
@@ -123,6 +129,19 @@ class BudgetController:
             self.backlog.replay_relax(self.accept.relax_steps)
             for rows, seconds, batch, tokens, decision in self.backlog.take_steps():
                 measure(self, rows, False, seconds, batch, tokens, 0, decision)
+        if self.held:
+            self.held.replay(lambda *step: measure(self, *step), self._verified,
+                             lambda req_id, hit: self.calibration.verified(req_id, 1, hit),
+                             self.accept.relax_plain)
+
+    def _holds(self) -> bool:
+        """Whether this record is held back (the decision it ran under was a kept one to
+        draft, reused); the plain steps' backlog is applied first (order kept)."""
+        if self._kept_drafting and self.defer_records:
+            if self.backlog:
+                self.flush()
+            return True
+        return False
 
     # ------------------------------------------------------------------ measurements
     def record_step(self, rows: int, drafting: bool, seconds: float, batch: int = 0,
@@ -133,25 +152,40 @@ class BudgetController:
         if seconds <= 0:
             return
         self.measured += 1
-        if self._holding and not drafting:  # replayed before it is read (flush)
+        if self._holding and not drafting and not self.held:  # replayed when read (flush)
             self.backlog.steps.append((rows, seconds, batch, tokens, self.decisions))
+            return
+        if self._holds():
+            self.held.ops.append((HeldRecords.STEP, rows, drafting, seconds, batch, tokens,
+                                  depth, self.decisions))
             return
         self.flush()
         measure(self, rows, drafting, seconds, batch, tokens, depth, self.decisions)
 
     def record_verified(self, req_id: str, drafted: int, accepted: int) -> None:
         """One request's verification: ``drafted`` drafts, the first ``accepted`` kept."""
-        self.flush()
-        self.accept.observe(req_id, drafted, accepted)
-        self.calibration.verified(req_id, drafted, accepted)
         self.totals["drafted"] += drafted
         self.totals["accepted"] += accepted
+        if self._holds():  # its age class now: applied later, the request is older then
+            self.held.ops.append((HeldRecords.VERIFIED, req_id, drafted, accepted,
+                                  self.accept.age_class(req_id)))
+            return
+        self.flush()
+        self._verified(req_id, drafted, accepted)
+
+    def _verified(self, req_id: str, drafted: int, accepted: int,
+                  age: int | None = None) -> None:
+        self.accept.observe(req_id, drafted, accepted, age)
+        self.calibration.verified(req_id, drafted, accepted)
 
     def record_head(self, req_id: str, accepted: bool) -> None:
         """A verified chain the method's counting rule leaves out (``jacobi``: its head cold
         after plain steps or stale after a whole chain, or its iterates not warm yet): its
         first draft checks the price all the same (``budget_calibration``, position 1 only;
         the acceptance model learns nothing from it)."""
+        if self._holds():
+            self.held.ops.append((HeldRecords.HEAD, req_id, int(accepted)))
+            return
         self.flush()
         self.calibration.verified(req_id, 1, int(accepted))
 
@@ -188,7 +222,12 @@ class BudgetController:
         if self.kind == "auto":  # requests without drafts: their own counts fade
             self._holding = plain
             if plain:  # (budget_backlog: when something reads them)
+                if self.held:
+                    self.flush()
                 self.backlog.hold_relax(req_ids, self.accept.relax_steps)
+            elif self._holds():
+                if 0 in caps:
+                    self.held.ops.append((HeldRecords.RELAX, list(req_ids), list(caps)))
             else:
                 self.flush()
                 self.accept.relax_plain(req_ids, caps)
@@ -204,8 +243,11 @@ class BudgetController:
         left = self.closed.tokens_left(req_ids, remaining)
         closed = left is not None
         young = self.accept.young(req_ids)
-        held = self.kept.reuse(req_ids, limits, closed,
-                               lambda plain: self._may_keep(batch, plain), young)
+        keeps = closed or self.closed.alone  # a decision kept a few steps (KeptDecision)
+        reused = self._kept_drafting
+        held = self.kept.reuse(req_ids, limits, keeps,
+                               lambda plain: self._may_keep(batch, plain, reused), young)
+        self._kept_drafting = held is not None and any(held)
         if held is not None:
             return held
         self.flush()  # deciding afresh reads everything the backlog holds
@@ -278,7 +320,7 @@ class BudgetController:
         if not allowed:  # a plain step: no held probe, no probe; the decision says why
             self.explore.held = None
             self.last = Decision(0, batch, False, best_val, plain, guarded=True, closed=closed)
-            self.kept.keep(req_ids, [0] * batch, closed, young)
+            self.kept.keep(req_ids, [0] * batch, keeps, young)
             return [0] * batch
         held = self.explore.held_rows(batch, len(order))
         if held is not None:  # an upward probe holding its row count
@@ -291,20 +333,24 @@ class BudgetController:
         probe = rows != best  # no drafts, where plain steps are not fresh
         self.last = Decision(rows, batch, probe, best_val, plain, closed=closed, lost=lost)
         caps = caps_of(order, rows, batch)
-        if not probe and (closed or not rows):  # kept a few steps (KeptDecision.reuse)
-            self.kept.keep(req_ids, caps, closed, young)
+        if not probe and (keeps or not rows):  # kept a few steps (KeptDecision.reuse)
+            self.kept.keep(req_ids, caps, keeps, young)
         return caps
 
-    def _may_keep(self, batch: int, plain: bool) -> bool:
+    def _may_keep(self, batch: int, plain: bool, reused: bool = False) -> bool:
         """A kept decision may be used again (``KeptDecision.reuse``): no upward probe is held
         and no probe is due; to draft, also the books allow drafting at this batch size and
-        reality has not turned against drafting there."""
+        reality has not turned against drafting there, as checked when it was decided and at
+        its first reuse (``reused``: reused before; then its steps' records are held back,
+        and the books are next read at the next fresh decision, within ``closed_hold`` to 15
+        steps)."""
         probe_due = self.explore.schedule.due(self.decisions, self.measured, batch)
         if self.explore.held is not None or probe_due:
             return False
-        if not plain:
-            self.flush()  # the books and the realised rates
-        return plain or (self.guard.allows(batch) and not self.reality.lost(batch, self.decisions))
+        if plain or reused:
+            return True
+        self.flush()  # the books and the realised rates
+        return self.guard.allows(batch) and not self.reality.lost(batch, self.decisions)
 
     def _probe_caps(self, order: list[tuple[float, int]], rows: int, limits: list[int],
                     best_val: float, plain: float, most: int) -> list[int]:

@@ -59,12 +59,16 @@ class Acceptance:
         age = self.age_of(req_id) if self.age_of is not None else 0
         return YOUNG if age <= self.young_steps else SETTLED
 
-    def observe(self, req_id: str, drafted: int, accepted: int) -> None:
+    def observe(self, req_id: str, drafted: int, accepted: int,
+                age: int | None = None) -> None:
+        """``age``: the request's age class when the chain was verified (a record held back
+        and applied later, ``BudgetController.held``); None: now."""
         drafted = min(drafted, self.n)
         accepted = min(accepted, drafted)
         if drafted <= 0:
             return
-        age = self.age_class(req_id)
+        if age is None:
+            age = self.age_class(req_id)
         self._engine_rates[YOUNG] = None  # young rates lean on the settled ones
         if age == SETTLED:
             self._engine_rates[SETTLED] = None

@@ -99,6 +99,9 @@ class ClosedBatch:
 
     def __init__(self) -> None:
         self.watch = BatchWatch()
+        # the last request left of a closed batch (its tail; not a request that came alone):
+        # decided by the goodput rule, and kept as a closed batch's decision is
+        self.alone = False
 
     def tokens_left(self, req_ids: list[str],
                     remaining: Callable[[], list[int] | None] | None) -> list[int] | None:
@@ -106,6 +109,7 @@ class ClosedBatch:
         or more: with one, both rules agree); None: open or unknown. ``remaining`` is only
         called for a closed batch."""
         closed = self.watch.observe(req_ids)
+        self.alone = closed and len(req_ids) == 1 and self.watch.left_at is not None
         if not closed or remaining is None or len(req_ids) < 2:
             return None
         return remaining()

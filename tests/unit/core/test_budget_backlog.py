@@ -1,8 +1,10 @@
-"""Plain steps' bookkeeping held back (core/budget_backlog.py) decides exactly as step by step.
+"""Bookkeeping held back (core/budget_backlog.py: plain steps; ``BudgetController.held``:
+steps under a kept decision to draft) decides exactly as step by step.
 
 The same random histories drive two controllers: one as the engine does (plain steps' records
-and fades held back until something reads them) and one that applies every update in its own
-step, as before the backlog (records never held, each fade by ``Acceptance.relax_plain``).
+and fades, and a reused drafting decision's records, held back until something reads them)
+and one that applies every update in its own step, as before the backlog (records never held,
+each fade by ``Acceptance.relax_plain``).
 Their caps must be equal at every step, and their whole state (the fingerprint plus every
 request's own counts) at the end.
 """
@@ -32,7 +34,7 @@ class _StepByStep:
         self.accept.relax_plain(req_ids, [0] * len(req_ids))
 
 
-def _history(seed: int, step_by_step: bool, steps: int = 1500):
+def _history(seed: int, step_by_step: bool, steps: int = 1500, churn: float = 0.01):
     """Caps per step and the final state of one controller on history ``seed``: batches that
     change now and then, acceptance per request (some never, some often), noisy step times
     with stalls, closed and open stretches."""
@@ -44,13 +46,15 @@ def _history(seed: int, step_by_step: bool, steps: int = 1500):
     born, caps_log = size, []
     if step_by_step:
         ctl.backlog = _StepByStep(ctl.accept)
+        ctl.defer_records = False  # a kept decision's drafting records applied at once too
+    held_steps = 0
 
     def flush():
         if step_by_step:
             ctl._holding = False  # the next plain record is applied at once
 
     for step in range(steps):
-        if rng.random() < 0.01:  # a request leaves, another joins
+        if rng.random() < churn:  # a request leaves, another joins
             req_ids = req_ids[1:] + [f"s{seed}-{born}"]
             accept[req_ids[-1]] = rng.choice([0.0, 0.5, 0.9])
             born += 1
@@ -79,18 +83,41 @@ def _history(seed: int, step_by_step: bool, steps: int = 1500):
         if rng.random() < 0.01:
             seconds *= 6  # a stall
         ctl.record_step(rows, any(caps), seconds, len(req_ids), tokens)
+        held_steps += bool(ctl.held)
         flush()
     state = ctl.state()  # (flushes: what follows reads the controller's insides)
     own = {r: [list(c) for c in counts] for r, counts in ctl.accept.requests.items()}
-    return caps_log, state, own, dict(ctl.totals), ctl.summary()
+    return caps_log, state, own, dict(ctl.totals), ctl.summary(), held_steps
 
 
 @pytest.mark.parametrize("seed", range(8))
 def test_held_back_bookkeeping_decides_as_step_by_step(seed):
     held, eager = _history(seed, False), _history(seed, True)
     assert held[0] == eager[0]  # every step's caps
-    assert held[1:] == eager[1:]  # fingerprint, own counts, totals, the log line
+    assert held[1:5] == eager[1:5]  # fingerprint, own counts, totals, the log line
     assert sum(1 for caps in held[0] if not any(caps)) > 50  # plain stretches were held
+    assert eager[5] == 0
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_records_held_under_a_kept_decision_to_draft_decide_as_step_by_step(seed):
+    """A batch that never changes: closed stretches (their decisions kept) of 1-8 requests."""
+    held, eager = _history(seed, False, churn=0.0), _history(seed, True, churn=0.0)
+    assert held[0] == eager[0]
+    assert held[1:5] == eager[1:5]
+    assert eager[5] == 0
+    _HELD[seed] = held[5]
+
+
+_HELD: dict[int, int] = {}
+
+
+def test_records_were_held_under_kept_decisions_to_draft():
+    """The histories above held drafting records back (else they tested nothing new)."""
+    for seed in range(8):
+        if seed not in _HELD:
+            _HELD[seed] = _history(seed, False, churn=0.0)[5]
+    assert sum(_HELD.values()) > 50 and sum(1 for n in _HELD.values() if n) >= 4
 
 
 def test_the_backlog_holds_plain_steps_until_read():
