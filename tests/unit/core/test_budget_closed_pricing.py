@@ -63,3 +63,44 @@ def test_a_closed_batch_prices_its_requests_by_their_class_not_their_last_steps(
     shared = ctl._gains(ids, [4] * 4, 16, personal=False)
     assert personal[0] != personal[1]  # the goodput rule's next-step forecast
     assert shared[0] == shared[1] == shared[2] == shared[3]  # the drain's
+
+
+def test_only_a_closed_batchs_last_request_keeps_its_decision_as_the_batch_did():
+    """A closed batch's tail of one keeps its decision a few steps, as the batch did (each
+    fresh decision ~140 us of a ~3 ms step in the engine, issue 22); a request that came
+    alone (a server at concurrency 1) decides every step as before."""
+    from vllm_anyorder.core.budget_drain import ClosedBatch
+    alone = ClosedBatch()
+    for _ in range(10):
+        alone.tokens_left(["solo"], lambda: [100])
+    assert not alone.alone
+    tail = ClosedBatch()
+    for _ in range(5):
+        tail.tokens_left(["a", "b"], lambda: [100, 100])
+    for _ in range(tail.watch.grace + 1):  # "b" left and nobody took its place
+        tail.tokens_left(["a"], lambda: [100])
+    assert tail.alone
+    tail.tokens_left(["a", "c"], lambda: [100, 100])  # someone joined: open again
+    assert not tail.alone
+
+    rng, ctl = random.Random(1), learnt()
+
+    def step(ids: list[str]) -> list[int]:
+        caps = ctl.allot(ids, [4] * len(ids), lambda: [100] * len(ids))
+        committed = verify(ctl, rng, ids, caps, [0.7] * len(ids))
+        rows = len(ids) + sum(caps)
+        ctl.record_step(rows, any(caps), 0.005 + 0.0001 * rows, len(ids), committed)
+        return caps
+
+    for _ in range(20):
+        step(["t0", "t1"])
+    reuse, reused = ctl.kept.reuse, []
+
+    def counted(*args, **kw):
+        caps = reuse(*args, **kw)
+        reused.append(caps is not None)
+        return caps
+    ctl.kept.reuse = counted
+    drafted = sum(bool(step(["t0"])[0]) for _ in range(60))  # the tail: "t1" finished
+    assert drafted > 40  # it drafts there, most steps under a kept decision
+    assert sum(reused[10:]) > 30
