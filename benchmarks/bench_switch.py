@@ -72,9 +72,9 @@ def _set_mode(worker, mode: str) -> str:
 
 def _totals(worker) -> dict:
     """On a worker: the budget controller's running totals (steps, drafted, accepted, ...)."""
-    controller = worker.model_runner.drafter.budget.controller
-    controller.flush()  # plain steps held back (core/budget_backlog) count their stalls then
-    return dict(controller.totals)
+    budget = worker.model_runner.drafter.budget
+    budget.controller.flush()  # records held back (core/budget_backlog) count their stalls then
+    return dict(budget.controller.totals, propose_seconds=getattr(budget, "propose_seconds", 0.0))
 
 
 def budget_totals(llm) -> dict:
@@ -99,7 +99,9 @@ def _budget_summary(d: dict) -> dict:
     steps = max(1, d["steps"])
     return dict(steps=d["steps"], plain_share=d["steps_without_drafts"] / steps,
                 drafts_per_step=d["drafted"] / steps, probes=d["probes"],
-                accepted_share=d["accepted"] / d["drafted"] if d["drafted"] else None)
+                accepted_share=d["accepted"] / d["drafted"] if d["drafted"] else None,
+                # the plugin's own work a step (budget + drafting: ``propose``), in the engine
+                propose_us=1e6 * d.get("propose_seconds", 0.0) / steps)
 
 
 def _counters(llm, spec: bool) -> dict:
@@ -219,7 +221,9 @@ def main() -> None:
             acc = [x["accepted_share"] for x in per if x["accepted_share"] is not None]
             print(f"  {r['mode']} batch {r['batch']}: "
                   f"{statistics.mean(x['steps'] for x in per):.0f} steps per pass, "
-                  f"{statistics.mean(x['plain_share'] for x in per):.0%} without drafts"
+                  f"{statistics.mean(x['plain_share'] for x in per):.0%} without drafts, "
+                  f"{statistics.mean(x.get('propose_us', 0.0) for x in per):.0f} us a step in "
+                  f"propose (budget + drafting)"
                   + (f", {statistics.mean(x['drafts_per_step'] for x in per):.1f} drafts "
                      f"per step, {statistics.mean(acc):.0%} accepted, "
                      f"{statistics.mean(x['probes'] for x in per):.0f} probes" if acc else ""))

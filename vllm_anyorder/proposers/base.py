@@ -102,6 +102,7 @@ class AnyOrderProposer:
         self.budget.begin(req_ids, sampled_token_ids)
         chains = self.draft(sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
         self.budget.end(req_ids, chains, start)
+        self.budget.propose_seconds += time.perf_counter() - start
         return chains
 
     def draft_caps(self, limits: list[int]) -> list[int]:

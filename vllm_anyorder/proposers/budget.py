@@ -76,6 +76,10 @@ class StepBudget:
         self._pending: _Pending | None = None
         self._scheduled: dict[str, int] = {}
         self._live: tuple[str, ...] = ()  # the batch at the last forget
+        # wall seconds spent in ``AnyOrderProposer.propose`` (the budget and the drafting), a
+        # benchmark's read-out of the plugin's own work a step (``bench_switch``); this rank's,
+        # never part of a decision
+        self.propose_seconds = 0.0
         self._log_every = float(os.environ.get(LOG_INTERVAL_ENV, "30"))
         self._logged = time.monotonic()
         # rank 0 leaves its state here once a second for the front-end's metrics

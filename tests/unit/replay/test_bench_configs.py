@@ -63,6 +63,7 @@ def test_bench_switch_interleaves_the_modes_by_closed_batch():
             calls.append((self.mode if self.spec else bs.NO_SPEC, list(chunk)))
             self.totals["steps"] += 10
             self.totals["drafted"] += 4 if self.mode == "cycle:4" else 0
+            self.totals["propose_seconds"] = self.totals.get("propose_seconds", 0.0) + 0.002
             return [SimpleNamespace(outputs=[SimpleNamespace(token_ids=[len(p)])]) for p in chunk]
 
     out = bs._interleaved_round({False: Engine(False), True: Engine(True)},
@@ -75,3 +76,4 @@ def test_bench_switch_interleaves_the_modes_by_closed_batch():
     assert out["cycle:4"]["budget"]["steps"] == 20
     assert out["cycle:4"]["budget"]["drafts_per_step"] == 8 / 20
     assert out["auto"]["budget"]["drafts_per_step"] == 0 and "budget" not in out[bs.NO_SPEC]
+    assert abs(out["cycle:4"]["budget"]["propose_us"] - 1e6 * 0.004 / 20) < 1e-6  # per step
