@@ -130,27 +130,18 @@ class Acceptance:
         against 1.06 with class rates, medians of six runs (issue 22)."""
         engine, w = self.engine_rates(self.age_class(req_id)), self.request_weight
         own = self.requests.get(req_id) if req_id is not None and personal else None
+        last = self.n - 1
         out, run = [], 1.0
-        if own is None:
-            for rate in engine[:n]:
-                run *= rate
-                if run < floor:
-                    return out
-                out.append(run)
-        else:
-            for (hits, tries), rate in zip(own[:n], engine[:n]):
-                run *= (hits + w * rate) / (tries + w)
-                if run < floor:
-                    return out
-                out.append(run)
-        if n > self.n:  # positions past the last counted: priced as the last
-            rate = engine[-1] if own is None else \
-                (own[-1][0] + w * engine[-1]) / (own[-1][1] + w)
-            for _ in range(n - self.n):
-                run *= rate
-                if run < floor:
-                    break
-                out.append(run)
+        for j in range(n):
+            k = j if j < last else last
+            if own is None:
+                run *= engine[k]
+            else:
+                hits, tries = own[k]
+                run *= (hits + w * engine[k]) / (tries + w)
+            if run < floor:
+                break
+            out.append(run)
         return out
 
     def young(self, req_ids: list[str]) -> int:

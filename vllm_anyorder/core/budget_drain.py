@@ -196,7 +196,6 @@ class DrainValue:
         self.tokens = float(sum(remaining))
         self._memo: dict[int, float | None] = {}
         self._upto, self._rate, self._rows = 0, [1.0] * len(remaining), [0] * len(remaining)
-        self._owns: dict[int, Callable[[int, int], float | None]] = {}  # depth -> own_of
 
     def __call__(self, r: int) -> float | None:
         if r in self._memo:
@@ -212,7 +211,10 @@ class DrainValue:
         plain = self.tables(False, 0)
         depth = self.depth[min(r, len(self.depth) - 1)]
         drafting = self.tables(True, depth) if r else plain
-        own_of = self._own_of(depth) if r else None
+        own, own_of = self.own, None
+        if own is not None and r:
+            def own_of(requests: int, n: int) -> float | None:
+                return own(requests, n, depth)
         value = None
         if plain is not None and drafting is not None:
             seconds = drain_seconds(self.remaining, rate, rows,
@@ -220,19 +222,6 @@ class DrainValue:
             value = self.tokens / seconds if seconds and self.tokens else None
         self._memo[r] = value
         return value
-
-
-    def _own_of(self, depth: int) -> Callable[[int, int], float | None] | None:
-        """``own`` at this depth (built once a decision)."""
-        own = self.own
-        if own is None:
-            return None
-        own_of = self._owns.get(depth)
-        if own_of is None:
-            def own_of(requests: int, n: int) -> float | None:
-                return own(requests, n, depth)
-            self._owns[depth] = own_of
-        return own_of
 
 
 def thin(rows: list[int], batch: int) -> list[int]:

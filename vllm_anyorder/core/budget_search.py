@@ -63,15 +63,11 @@ class RowSearch:
         if self.prices is None:
             return None
         price, stage = self.prices.price, self.stage
-        pooled_of: dict[int, Callable[[int], float | None]] = {}  # by depth, built once
 
         def own(requests: int, rows: int, depth: int) -> float | None:
-            pooled = pooled_of.get(depth)
-            if pooled is None:
-                def pooled(n: int) -> float | None:  # asked only past the batch size's points
-                    table = tables(True, depth)
-                    return table[n] if table is not None and n < len(table) else None
-                pooled_of[depth] = pooled
+            def pooled(n: int) -> float | None:  # asked only past the batch size's points
+                table = tables(True, depth)
+                return table[n] if table is not None and n < len(table) else None
             return price(requests, rows, stage(depth), pooled)
         return own
 
