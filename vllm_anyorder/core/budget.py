@@ -167,7 +167,10 @@ class BudgetController(BudgetRecords):
         left = self.closed.tokens_left(req_ids, remaining)
         closed = left is not None
         young = self.accept.young(req_ids)
-        keeps = closed or self.closed.alone  # a decision kept a few steps (KeptDecision)
+        # a decision kept a few steps (KeptDecision): a closed batch's, its last request's,
+        # and a lone request's (batch 1, ``closed_hold`` steps: not growing with repeats)
+        grow = closed or self.closed.alone
+        keeps = grow or batch == 1
         reused = self._kept_drafting
         held = self.kept.reuse(req_ids, limits, keeps,
                                lambda plain: self._may_keep(batch, plain, reused), young)
@@ -258,7 +261,7 @@ class BudgetController(BudgetRecords):
         self.last = Decision(rows, batch, probe, best_val, plain, closed=closed, lost=lost)
         caps = caps_of(order, rows, batch)
         if not probe and (keeps or not rows):  # kept a few steps (KeptDecision.reuse)
-            self.kept.keep(req_ids, caps, keeps, young)
+            self.kept.keep(req_ids, caps, keeps, young, grow or not rows)
         return caps
 
     def _may_keep(self, batch: int, plain: bool, reused: bool = False) -> bool:

@@ -68,7 +68,8 @@ def test_a_closed_batch_prices_its_requests_by_their_class_not_their_last_steps(
 def test_only_a_closed_batchs_last_request_keeps_its_decision_as_the_batch_did():
     """A closed batch's tail of one keeps its decision a few steps, as the batch did (each
     fresh decision ~140 us of a ~3 ms step in the engine, issue 22); a request that came
-    alone (a server at concurrency 1) decides every step as before."""
+    alone (a server at concurrency 1) is not such a tail (its hold does not grow: the test
+    below)."""
     from vllm_anyorder.core.budget_drain import ClosedBatch
     alone = ClosedBatch()
     for _ in range(10):
@@ -104,3 +105,40 @@ def test_only_a_closed_batchs_last_request_keeps_its_decision_as_the_batch_did()
     drafted = sum(bool(step(["t0"])[0]) for _ in range(60))  # the tail: "t1" finished
     assert drafted > 40  # it drafts there, most steps under a kept decision
     assert sum(reused[10:]) > 30
+
+
+def reuses_between_fresh_decisions(ctl: BudgetController, ids: list[str],
+                                   remaining, steps: int = 80) -> list[int]:
+    """Run ``steps`` steps of batch ``ids`` (4 drafts allowed each, accepted with 0.7); the
+    lengths of the runs of reused decisions to draft between fresh ones."""
+    rng, reuse, runs = random.Random(3), ctl.kept.reuse, [0]
+
+    def counted(*args, **kw):
+        caps = reuse(*args, **kw)
+        if caps is not None and any(caps):
+            runs[-1] += 1
+        elif runs[-1]:
+            runs.append(0)
+        return caps
+    ctl.kept.reuse = counted
+    for _ in range(steps):
+        caps = ctl.allot(ids, [4] * len(ids), remaining)
+        committed = verify(ctl, rng, ids, caps, [0.7] * len(ids))
+        rows = len(ids) + sum(caps)
+        ctl.record_step(rows, any(caps), 0.005 + 0.0001 * rows, len(ids), committed)
+    return [r for r in runs if r]
+
+
+def test_a_lone_requests_choice_to_draft_is_kept_a_few_steps_and_never_longer():
+    """A request alone in an open batch (a server at concurrency 1) used to decide afresh
+    every step, ~150 us of a ~3 ms step in the engine: now its choice to draft is reused
+    ``closed_hold`` steps, then decided afresh (its own acceptance moves from step to step,
+    so the hold does not grow with repeats as a closed batch's does)."""
+    hold = BudgetSettings().closed_hold
+    alone = reuses_between_fresh_decisions(learnt(), ["solo"], None)
+    assert len(alone) > 10 and max(alone) == hold  # kept, and never longer
+    closed = reuses_between_fresh_decisions(learnt(), ["c0", "c1"], lambda: [1000, 1000])
+    assert max(closed) > hold  # a closed batch's hold grows while its choice repeats
+    opened = reuses_between_fresh_decisions(learnt(), ["o0", "o1"], None)
+    assert opened == []  # an open batch of two decides every step
+
