@@ -79,10 +79,10 @@ class KeptDecision:
     batch's (each decision there values a dozen drains: ~0.3 ms of a ~8 ms step, issue 22), a
     choice to draft nothing in any batch (while nothing is drafted the acceptance does not
     move, and deciding afresh cost 90-130 us of a 5-9 ms step at T = 0.8, where drafting does
-    not pay), and a lone request's choice to draft, ``hold`` steps only (its own acceptance
-    moves from step to step; deciding afresh every step cost ~150 us of a ~3 ms step in the
-    engine, and with every fourth step ``assd`` at batch 1 went from 0.92-0.95 to 0.96 of
-    its best fixed size, ``jacobi`` from 0.94-0.99 to 1.01, 2-core Xeon, issue 22)."""
+    not pay), and a lone request's choice to draft once it repeats, ``hold`` steps (its own
+    acceptance moves from step to step; deciding afresh every step cost ~150 us of a ~3 ms
+    step in the engine, and with every fourth step ``assd`` at batch 1 went from 0.92-0.95 to
+    0.96 of its best fixed size, ``jacobi`` from 0.94-0.99 to 1.01, 2-core Xeon, issue 22)."""
 
     def __init__(self, hold: int, longest: int = 15) -> None:
         self.hold, self.longest = hold, longest
@@ -115,12 +115,17 @@ class KeptDecision:
         """Keep a fresh decision: ``hold`` steps, doubled (+1) each time deciding afresh gave
         the same caps for the same batch again, up to ``longest`` (a closed batch drafting
         16 each decided the same ~30 times in a row, each decision ~0.3 ms, issue 22);
-        ``grow=False``: ``hold`` steps, however often it repeats."""
+        ``grow=False``: ``hold`` steps once it repeats the last one kept (a first choice is
+        decided afresh the next step: a lone ``specdiff`` request whose first choices, one
+        draft at 13 ms against 4.9 ms plain, were each kept 3 steps ran its books into debt
+        and never drafted again, 0.98x no speculation against 1.27x; issue 22)."""
         same = self._last == (req_ids, caps, closed)
         self._repeats = self._repeats + 1 if same else 0
         self._last = (list(req_ids), caps, closed)
-        hold = min(self.longest, (self.hold + 1) * 2 ** min(self._repeats, 8) - 1) \
-            if grow else self.hold
+        if grow:
+            hold = min(self.longest, (self.hold + 1) * 2 ** min(self._repeats, 8) - 1)
+        else:
+            hold = self.hold if self._repeats else 0
         self._kept = _Kept(list(req_ids), caps, closed, young, not any(caps))
         self._left = hold
 
