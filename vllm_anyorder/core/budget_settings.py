@@ -81,8 +81,8 @@ class KeptDecision:
     move, and deciding afresh cost 90-130 us of a 5-9 ms step at T = 0.8, where drafting does
     not pay), and a lone request's choice to draft once it repeats, ``hold`` steps (its own
     acceptance moves from step to step; deciding afresh every step cost ~150 us of a ~3 ms
-    step in the engine, and with every fourth step ``assd`` at batch 1 went from 0.92-0.95 to
-    0.96 of its best fixed size, ``jacobi`` from 0.94-0.99 to 1.01, 2-core Xeon, issue 22)."""
+    step in the engine; ``assd`` at batch 1 went from 0.92-0.95 to 0.94-0.96 of its best
+    fixed size, ``jacobi`` from 0.94-0.99 to 0.96-1.07, 2-core Xeon, issue 22)."""
 
     def __init__(self, hold: int, longest: int = 15) -> None:
         self.hold, self.longest = hold, longest
