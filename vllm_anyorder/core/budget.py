@@ -262,10 +262,9 @@ class BudgetController(BudgetRecords):
         caps = caps_of(order, rows, batch)
         if not probe and (keeps or not rows):  # kept a few steps (KeptDecision.reuse)
             # a lone request's choice to draft, only where such a step was measured (three
-            # times) at under two plain steps (a kept choice that turned bad then costs
-            # little): kept, a ``specdiff`` drafter's 13 ms steps against 4.9 ms plain ran its
-            # books into debt, and it drafted in 51-68% of its steps where fresh decisions
-            # drafted in 84% (issue 22)
+            # times) at under two plain steps, so a kept choice that turned bad costs little;
+            # a ``specdiff`` drafting step (13 ms against 4.9 ms plain) never qualifies, and
+            # ``specdiff`` decides as it did before lone choices were kept (issue 22)
             if grow or not rows or self._cheap_drafting(batch, rows, depth[rows]):
                 self.kept.keep(req_ids, caps, keeps, young, grow or not rows)
         return caps

@@ -115,10 +115,9 @@ class KeptDecision:
         """Keep a fresh decision: ``hold`` steps, doubled (+1) each time deciding afresh gave
         the same caps for the same batch again, up to ``longest`` (a closed batch drafting
         16 each decided the same ~30 times in a row, each decision ~0.3 ms, issue 22);
-        ``grow=False``: ``hold`` steps once it repeats the last one kept (a first choice is
-        decided afresh the next step: a lone ``specdiff`` request whose first choices, one
-        draft at 13 ms against 4.9 ms plain, were each kept 3 steps ran its books into debt
-        and never drafted again, 0.98x no speculation against 1.27x; issue 22)."""
+        ``grow=False``: ``hold`` steps once it repeats the last one kept; a first choice is
+        decided afresh the next step, so a lone request's early choices, made on prices not
+        yet measured, are not run three steps each (issue 22)."""
         same = self._last == (req_ids, caps, closed)
         self._repeats = self._repeats + 1 if same else 0
         self._last = (list(req_ids), caps, closed)

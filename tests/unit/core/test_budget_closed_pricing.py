@@ -141,4 +141,3 @@ def test_a_lone_requests_choice_to_draft_is_kept_a_few_steps_and_never_longer():
     assert max(closed) > hold  # a closed batch's hold grows while its choice repeats
     opened = reuses_between_fresh_decisions(learnt(), ["o0", "o1"], None)
     assert opened == []  # an open batch of two decides every step
-
