@@ -57,7 +57,7 @@ from .budget_calibration import Calibration
 from .budget_drain import ClosedBatch, DrainValue, on_grid, water_fill
 from .budget_guard import LossGuard
 from .budget_models import StepCost
-from .budget_probes import Explorer
+from .budget_probes import Explorer, upside_of
 from .budget_reality import RealityCheck
 from .budget_report import describe, fingerprint
 from .budget_rows import TrustRegion, caps_of, deepest, prefix_sums, probe_caps, ranked_rows
@@ -253,7 +253,8 @@ class BudgetController(BudgetRecords):
         if held is not None:  # an upward probe holding its row count
             return self._probe_caps(order, held, limits, best_val, plain, reach)
         probes = self.explore.count
-        rows, up = self.explore.choose(best, reach, batch, self.decisions, self.measured)
+        rows, up = self.explore.choose(best, reach, batch, self.decisions, self.measured,
+                                       lambda: upside_of(self, batch, prefix, depth))
         self.totals["probes"] += self.explore.count - probes
         if up:  # the nearest row count above the choice not measured lately
             return self._probe_caps(order, rows, limits, best_val, plain, reach)

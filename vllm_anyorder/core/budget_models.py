@@ -194,6 +194,12 @@ class StepCost:
         mean = self.tables.get(_arm(drafting, stage), {}).get(bucket_of(rows))
         return mean.seconds if mean is not None and mean.samples >= YOUNG_SAMPLES else None
 
+    def fastest(self, rows: int, drafting: bool, stage: int = 1) -> float | None:
+        """This row count's own bucket's price from its first sample on (a young bucket:
+        its fastest sample); None before any."""
+        mean = self.tables.get(_arm(drafting, stage), {}).get(bucket_of(rows))
+        return mean.seconds if mean is not None else None
+
     def predict(self, rows: int, drafting: bool, stage: int = 1) -> float | None:
         """Seconds of a step with ``rows`` rows; None before any step of either arm. The
         drafting arm's curve starts from the plain steps below its first measured bucket (so

@@ -33,9 +33,58 @@ fed the same measurements, keeps the same schedule.
 
 from __future__ import annotations
 
+from typing import Callable, NamedTuple
+
 from .budget_models import YOUNG_SAMPLES, StepCost
 from .budget_rows import candidates
 from .budget_settings import BudgetSettings
+
+
+class Upside(NamedTuple):
+    """What an upward probe from plain decoding may gain (:func:`priced_probe`)."""
+
+    expected: Callable[[int], float | None]  # predicted tokens / s of r rows (goodput)
+    best_case: Callable[[int], float | None]  # the same, every draft accepted
+    one: float | None  # tokens / s of one draft each, accepted, at its fastest step (None: none)
+    plain: float  # predicted tokens / s of plain decoding
+    need: float  # what a choice to draft must predict (plain, with the margin)
+
+
+def priced_probe(total: int, upside: Upside) -> int | None:
+    """An upward probe from plain decoding where drafting has a fixed price: where a step of
+    one draft per request could not beat plain decoding even if every draft were accepted
+    (it costs two plain steps or more), the count within ``total`` predicted best among those
+    that could beat it if every draft were; None elsewhere (the nearest-count rule, whose
+    first probes are one or two drafts).
+
+    ``specdiff``'s drafter at batch 1 made a drafting step 11.6 ms against 5.0 ms plain, at
+    one draft as at four. Its probes of one or two drafts could not pay: each lost, was owed
+    to the books, and judged one or two positions, and an engine's first pass ran plain for
+    its first ~600 steps (0.79 of four drafts fixed in that round, the later round 0.94).
+    Replayed on the acceptance four drafts recorded (1.30x plain decoding), the first pass
+    ran 0.93-0.955 of four drafts with the old rule, 0.94-0.98 with this one (six seeds;
+    later passes 1.01-1.05 with both: issue 22)."""
+    counts = candidates(total)
+    if not counts or upside.one is None or upside.one > upside.plain:
+        return None
+    hopes = [((upside.expected(r) or 0.0), r) for r in counts
+             if (upside.best_case(r) or 0.0) > upside.need]
+    return max(hopes)[1] if hopes else None
+
+
+def upside_of(ctl, batch: int, prefix: list[float], depth: list[int]) -> Upside | None:
+    """A controller's (``core/budget.py``) :class:`Upside` at this batch size, from its row
+    search's predictions (``prefix``: expected accepted drafts of the first r rows; ``depth``:
+    their deepest chain) and its fastest drafting step of one draft each; None before a
+    plain step was priced."""
+    search = ctl.search
+    plain = search.goodput(batch, 0, 0.0)
+    if plain is None:
+        return None
+    one = ctl.cost.fastest(2 * batch, True, search.stage(1))
+    return Upside(lambda r: search.goodput(batch, r, prefix[r], depth[r]),
+                  lambda r: search.goodput(batch, r, r, depth[r]),
+                  2 * batch / one if one else None, plain, plain * (1 + ctl.s.margin))
 
 
 class ProbeSchedule:
@@ -103,21 +152,31 @@ class Explorer:
         self.held = (rows, batch, left - 1) if left > 1 and held_batch == batch else None
         return min(rows, total) if held_batch == batch and total else None
 
-    def choose(self, best: int, reach: int, batch: int, decision: int,
-               measured: int) -> tuple[int, bool]:
+    def choose(self, best: int, reach: int, batch: int, decision: int, measured: int,
+               upside: Callable[[], Upside | None] | None = None) -> tuple[int, bool]:
         """(rows, upward) of this step: the choice ``best`` unless a probe is due; then no
         drafts (every third probe of a drafting choice, where plain steps are not fresh) or
         the nearest stale row count above it within ``reach`` (``upward``: the caller lifts
-        every request to one draft where that fits)."""
+        every request to one draft where that fits); from plain decoding where drafting has
+        a fixed price, the count with the most upside (:func:`priced_probe`)."""
         self.schedule.judge(batch, best)
-        if not self.schedule.due(decision, measured, batch):
+        if not self.schedule.due(decision, measured, batch) or reach <= 0:
+            # a probe due where no row may be drafted (every request at its last token, or
+            # none priced worth a row) waits for a step where one may: taken there, it
+            # probed nothing and the next came a whole gap later. At batch 1 with requests
+            # of 128 plain steps, a gap of 256 fell on a request's last step every time and
+            # no probe ran for thousands of steps (a replay of ``specdiff``, issue 22)
             return best, False
         self.count += 1
         self.schedule.started(decision, batch, best, measured)
         kind = self.count % 3
         if best > 0 and kind == 0:
             return (0 if self.stale(batch, False, decision, measured) else best), False
-        up = self._up(best, reach, batch, kind == 2, decision, measured)
+        priced = upside() if not best and upside is not None and \
+            not self.s.cold_after_plain else None
+        up = priced_probe(reach, priced) if priced is not None else None
+        if up is None:
+            up = self._up(best, reach, batch, kind == 2, decision, measured)
         if up is None:
             return best, False
         if self.s.probe_hold > 1:
