@@ -35,17 +35,19 @@ def test_no_fixed_price_probe_where_no_count_could_pay_even_if_every_draft_were_
     assert priced_probe(8, upside(one=40.0, seconds=0.050)) is None
 
 
-def test_a_probe_due_where_no_row_may_be_drafted_waits_for_a_step_where_one_may():
+def test_a_probe_due_where_no_row_may_be_drafted_comes_an_eighth_of_its_gap_later():
     """A request's last step (no room left) takes no probe: taken there, it probed nothing
     and the next came a whole gap later (a gap of 256 fell on the last step of every
-    request of 128 plain steps)."""
+    request of 128 plain steps). Not due every step meanwhile either: a due probe keeps
+    plain decisions from being reused."""
     s = BudgetSettings(warmup_steps=0)
     explore = Explorer(s, StepCost())
-    assert explore.schedule.due(32, 32, 1)
+    assert explore.schedule.due(32, 32, 1) and explore.schedule.gap(1) == 32
     assert explore.choose(0, 0, 1, 32, 32) == (0, False)  # nothing may be drafted
-    assert explore.count == 0 and explore.schedule.last == 0
-    rows, up = explore.choose(0, 4, 1, 33, 33)  # the next step may: the probe runs there
-    assert up and rows > 0 and explore.schedule.last == 33
+    assert explore.count == 0
+    assert not explore.schedule.due(35, 35, 1) and explore.schedule.due(36, 36, 1)
+    rows, up = explore.choose(0, 4, 1, 36, 36)  # a row may be drafted: the probe runs
+    assert up and rows > 0 and explore.schedule.last == 36
 
 
 def run(steps: int, seed: int, mode: str = "auto") -> tuple[float, int]:
