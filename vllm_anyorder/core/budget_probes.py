@@ -50,26 +50,32 @@ class Upside(NamedTuple):
     need: float  # what a choice to draft must predict (plain, with the margin)
 
 
+NEAR_BEST = 0.01  # a priced probe's count: the fewest predicted within this share of the best
+
+
 def priced_probe(total: int, upside: Upside) -> int | None:
     """An upward probe from plain decoding where drafting has a fixed price: where a step of
     one draft per request could not beat plain decoding even if every draft were accepted
-    (it costs two plain steps or more), the count within ``total`` predicted best among those
-    that could beat it if every draft were; None elsewhere (the nearest-count rule, whose
-    first probes are one or two drafts).
+    (it costs two plain steps or more), the fewest drafts within ``total`` predicted within
+    ``NEAR_BEST`` of the best count among those that could beat it if every draft were; None
+    elsewhere (the nearest-count rule, whose first probes are one or two drafts).
 
-    ``specdiff``'s drafter at batch 1 made a drafting step 11.6 ms against 5.0 ms plain, at
-    one draft as at four. Its probes of one or two drafts could not pay: each lost, was owed
-    to the books, and judged one or two positions, and an engine's first pass ran plain for
-    its first ~600 steps (0.79 of four drafts fixed in that round, the later round 0.94).
-    Replayed on the acceptance four drafts recorded (1.30x plain decoding), the first pass
-    ran 0.93-0.955 of four drafts with the old rule, 0.94-0.98 with this one (six seeds;
-    later passes 1.01-1.05 with both: issue 22)."""
+    ``specdiff``'s drafter at batch 1 makes a drafting step 11.6-12.4 ms against 5.0-5.5 ms
+    plain, at one draft as at four. Its one- and two-draft probes could not pay or barely:
+    each lost, was owed to the books, and judged one or two positions, and a fresh engine
+    ran plain for hundreds of steps (0.79-0.89 of four drafts fixed in its first round, four
+    engines). With this rule, 0.83-0.96 in four engines (issue 22)."""
     counts = candidates(total)
     if not counts or upside.one is None or upside.one > upside.plain:
         return None
     hopes = [((upside.expected(r) or 0.0), r) for r in counts
              if (upside.best_case(r) or 0.0) > upside.need]
-    return max(hopes)[1] if hopes else None
+    if not hopes:
+        return None
+    # the fewest drafts predicted within 1% of the best: deeper ones, rarely reached where
+    # drafts are seldom accepted, cost their rows (and a deeper drafter) for nothing
+    most = max(value for value, _ in hopes)
+    return min(r for value, r in hopes if value >= (1 - NEAR_BEST) * most)
 
 
 def upside_of(ctl, batch: int, prefix: list[float], depth: list[int]) -> Upside | None:

@@ -45,7 +45,10 @@ def test_the_books_bound_what_a_costly_drafter_loses():
     for accept in (0.0, 0.4, 0.8):
         unguarded, _ = drafter_run(share=1e9, accept=accept)
         guarded, ctl = drafter_run(share=None, accept=accept)  # the default share, 1%
-        assert unguarded < 0.93  # the models alone pay for their lesson (the test can fail)
+        # the models alone pay for their lesson (the test can fail): 0.88-0.93 here, the
+        # last since probes from plain where drafting has a fixed price take the count
+        # predicted best (budget_probes.priced_probe; 0.92 before)
+        assert unguarded < 0.94
         assert guarded >= 0.965, (accept, guarded)
         assert ctl.guard.lost_share(8) <= 0.01 + 0.02  # the share and one step's overshoot
 
