@@ -50,7 +50,7 @@ class Upside(NamedTuple):
     need: float  # what a choice to draft must predict (plain, with the margin)
 
 
-NEAR_BEST = 0.01  # a priced probe's count: the fewest predicted within this share of the best
+NEAR_BEST = 0.05  # a priced probe's count: the fewest predicted within this share of the best
 
 
 def priced_probe(total: int, upside: Upside) -> int | None:
@@ -72,7 +72,7 @@ def priced_probe(total: int, upside: Upside) -> int | None:
              if (upside.best_case(r) or 0.0) > upside.need]
     if not hopes:
         return None
-    # the fewest drafts predicted within 1% of the best: deeper ones, rarely reached where
+    # the fewest drafts predicted within 5% of the best: deeper ones, rarely reached where
     # drafts are seldom accepted, cost their rows (and a deeper drafter) for nothing
     most = max(value for value, _ in hopes)
     return min(r for value, r in hopes if value >= (1 - NEAR_BEST) * most)
