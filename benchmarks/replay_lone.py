@@ -67,8 +67,9 @@ def replay(data: dict, mode: str, seed: int, passes: int, tokens: int, most: int
     prices = {int(d): s for d, s in data["seconds"].items()}
     k = data["k"]
 
-    def cost(drafts: int) -> float:
-        near = min(prices, key=lambda d: (abs(d - drafts), d))
+    def cost(drafts: int) -> float:  # a drafting step is priced by drafting steps only
+        recorded = [d for d in prices if (d > 0) == (drafts > 0)] or list(prices)
+        near = min(recorded, key=lambda d: (abs(d - drafts), d))
         return prices[near] * (1 + 0.04 * rng.random())
 
     ctl = BudgetController(BudgetSettings(max_drafts=most, mode=mode), lambda depth: 1)
