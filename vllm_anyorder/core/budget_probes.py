@@ -63,8 +63,9 @@ def priced_probe(total: int, upside: Upside) -> int | None:
     ``specdiff``'s drafter at batch 1 makes a drafting step 11.6-12.4 ms against 5.0-5.5 ms
     plain, at one draft as at four. Its one- and two-draft probes could not pay or barely:
     each lost, was owed to the books, and judged one or two positions, and a fresh engine
-    ran plain for hundreds of steps (0.79-0.89 of four drafts fixed in its first round, four
-    engines). With this rule, 0.83-0.96 in four engines (issue 22)."""
+    ran plain for hundreds of steps (0.77-0.92 of four drafts fixed in its first round, eight
+    engines). With this rule 0.77-0.96 in nine, a mean one to two points higher: the rest of
+    that round's loss is elsewhere (issue 22; RESULTS, the fourteenth session)."""
     counts = candidates(total)
     if not counts or upside.one is None or upside.one > upside.plain:
         return None
