@@ -232,7 +232,8 @@ def main() -> None:
             print(f"  {r['mode']} batch {r['batch']}: round {d['round']} prompt {d['prompt']} "
                   f"left no speculation's output at token {d['token']} ({d['reference']} -> "
                   f"{d['row']}); no speculation's top-2 log-probabilities there differ by "
-                  f"{d['gap']:.5f}")
+                  f"{d['gap']:.5f} (asked alone after the shared output, it picks: "
+                  f"{d.get('agrees', '?')})")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = REPO / "benchmarks" / "results" / f"switch-{args.method}-{stamp}.json"
     path.write_text(json.dumps(dict(machine=machine_info(), sampling=sampling, rows=rows,

@@ -83,10 +83,14 @@ def divergences(ref_llm, prompts: list, params, ref: list, mine: list[dict],
                  most: int = 4) -> list[dict]:
     """Where a greedy row's outputs left the reference's: the first differing token of up to
     ``most`` (round, prompt) pairs, and the reference's own top-2 log-probabilities there (asked
-    again after the timed rounds, alone). A gap of a few thousandths is a near-tie that the
-    batch's shape flips in bf16 (vLLM's numerics, not the method's rule; the tests compare in
-    float32); a wide gap would be a wrong token."""
+    again after the timed rounds, alone, its prompt the prompt and the shared output before
+    that token: asked from the prompt alone, a batch-1 run can leave the batch's output at an
+    earlier near-tie and report another context's gap, as at `specdiff` batch 8 on Zen 4,
+    token 119, 0.94). A gap of a few thousandths is a near-tie that the batch's shape flips in
+    bf16 (vLLM's numerics, not the method's rule; the tests compare in float32); a wide gap
+    would be a wrong token. ``agrees``: which of the two tokens the lone run picks there."""
     from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
 
     found = []
     for r, run in enumerate(mine):
@@ -95,13 +99,20 @@ def divergences(ref_llm, prompts: list, params, ref: list, mine: list[dict],
                 pos = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
                 found.append(dict(round=r, prompt=i, token=pos, reference=a[pos:pos + 1],
                                   row=b[pos:pos + 1]))
+    tokenizer = ref_llm.get_tokenizer()
     for d in found:
-        ask = SamplingParams(temperature=0, max_tokens=d["token"] + 1, logprobs=2,
+        ask = SamplingParams(temperature=0, max_tokens=1, logprobs=2,
                              ignore_eos=params.ignore_eos)
-        out = ref_llm.generate([prompts[d["prompt"]]], ask, use_tqdm=False)[0].outputs[0]
-        top = sorted(out.logprobs[d["token"]].items(), key=lambda kv: -kv[1].logprob)[:2]
+        prompt = prompts[d["prompt"]]
+        ids = list(tokenizer(prompt).input_ids) if isinstance(prompt, str) else list(prompt)
+        shared = ref[d["prompt"]][:d["token"]]
+        out = ref_llm.generate([TokensPrompt(prompt_token_ids=ids + shared)], ask,
+                               use_tqdm=False)[0].outputs[0]
+        top = sorted(out.logprobs[0].items(), key=lambda kv: -kv[1].logprob)[:2]
         d["top2"] = [[t, round(v.logprob, 5)] for t, v in top]
         d["gap"] = round(top[0][1].logprob - top[-1][1].logprob, 5)
+        d["agrees"] = ("reference" if [top[0][0]] == d["reference"] else
+                       "row" if [top[0][0]] == d["row"] else "neither")
     return found
 
 

@@ -56,7 +56,7 @@ from .budget_batch_prices import BatchPrices
 from .budget_calibration import Calibration
 from .budget_drain import ClosedBatch, DrainValue, on_grid, water_fill
 from .budget_guard import LossGuard
-from .budget_models import StepCost
+from .budget_models import FIXED_PRICE, StepCost
 from .budget_probes import Explorer, upside_of
 from .budget_reality import RealityCheck
 from .budget_report import describe, fingerprint
@@ -254,7 +254,8 @@ class BudgetController(BudgetRecords):
             return self._probe_caps(order, held, limits, best_val, plain, reach)
         probes = self.explore.count
         rows, up = self.explore.choose(best, reach, batch, self.decisions, self.measured,
-                                       lambda: upside_of(self, batch, prefix, depth))
+                                       lambda: upside_of(self.search, self.s.margin, self.cost,
+                                                         batch, prefix, depth))
         self.totals["probes"] += self.explore.count - probes
         if up:  # the nearest row count above the choice not measured lately
             return self._probe_caps(order, rows, limits, best_val, plain, reach)
@@ -266,14 +267,11 @@ class BudgetController(BudgetRecords):
             # times) at under two plain steps, so a kept choice that turned bad costs little;
             # a ``specdiff`` drafting step (13 ms against 4.9 ms plain) never qualifies, and
             # ``specdiff`` decides as it did before lone choices were kept (issue 22)
-            if grow or not rows or self._cheap_drafting(batch, rows, depth[rows]):
+            price = self.cost.in_plain_steps(batch, rows, self.search.stage(depth[rows]),
+                                             self.search.seconds(batch, 0))
+            if grow or not rows or (price is not None and price < FIXED_PRICE):
                 self.kept.keep(req_ids, caps, keeps, young, grow or not rows)
         return caps
-
-    def _cheap_drafting(self, batch: int, rows: int, depth: int) -> bool:
-        drafting = self.cost.measured(batch + rows, True, self.search.stage(depth))
-        plain = self.search.seconds(batch, 0)
-        return drafting is not None and plain is not None and drafting < 2 * plain
 
     def _may_keep(self, batch: int, plain: bool, reused: bool = False) -> bool:
         """A kept decision may be used again (``KeptDecision.reuse``): no upward probe is held

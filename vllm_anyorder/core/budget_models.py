@@ -28,6 +28,10 @@ from .budget_curves import interpolate, monotone, price_table, secant
 
 
 YOUNG_SAMPLES = 3  # a cost bucket with fewer samples is young (its figure is not yet trusted)
+# a drafting step of one draft a request priced at this many plain steps or more cannot beat
+# plain decoding even if every draft is accepted: drafting has a fixed price (``specdiff``'s
+# drafter forward: 11.6 ms against 5.0 ms plain at batch 1, at one draft as at four)
+FIXED_PRICE = 2.0
 
 
 def bucket_of(rows: int) -> int:
@@ -200,6 +204,16 @@ class StepCost:
         mean = self.tables.get(_arm(drafting, stage), {}).get(bucket_of(rows))
         return mean.seconds if mean is not None else None
 
+    def in_plain_steps(self, batch: int, rows: int, stage: int, plain: float | None,
+                       young: bool = False) -> float | None:
+        """A drafting step of ``batch`` requests and ``rows`` drafts, priced by its own
+        bucket (from its first sample where ``young``, else once mature), in steps of
+        ``plain`` seconds; None where either is unknown. At :data:`FIXED_PRICE` or more with
+        one draft a request, no drafting count is cheap (``budget_probes.priced_probe``) and
+        no lone choice to draft is kept (``BudgetController``)."""
+        price = (self.fastest if young else self.measured)(batch + rows, True, stage)
+        return price / plain if price is not None and plain else None
+
     def predict(self, rows: int, drafting: bool, stage: int = 1) -> float | None:
         """Seconds of a step with ``rows`` rows; None before any step of either arm. The
         drafting arm's curve starts from the plain steps below its first measured bucket (so
@@ -251,6 +265,9 @@ class StepCost:
             low = pts[0][0] if pts else float("inf")
             pts = monotone(sorted(pts + [p for p in plain if p[0] < low]))
         slope = _tail_slope(own, plain)
+        if slope is None and len(own) == 1 and len(pts) > 1 and \
+                own[0][1] >= FIXED_PRICE * pts[-2][1]:
+            slope = 0.0  # one drafting bucket a plain step or more dearer: a fixed price
         if pts and slope is not None:  # past the last bucket (_tail_slope)
             x, y = pts[-1]
             pts = pts + [(x + _FAR, y + slope * _FAR)]
@@ -295,7 +312,18 @@ def _tail_slope(own: list[tuple[float, float]],
     a row costs in either arm; a last segment between two neighbouring buckets is mostly
     their noise: (3 rows, 6.3 ms) and (4 rows, 14.6 ms), each measured three times in a
     warm-up at batch 2, extrapolated at 8.3 ms a row, priced 16 rows at 122 ms, and an
-    engine ran 1,000 steps at batch 8 without a draft (issue 22)."""
+    engine ran 1,000 steps at batch 8 without a draft (issue 22).
+
+    With neither, and one drafting bucket that costs ``FIXED_PRICE`` plain steps or more (the
+    plain step below it), the caller extends that bucket flat: the last segment is then the
+    jump from a plain step to it, the cost of drafting at all (a drafter forward), not of a
+    row. ``specdiff``'s one-draft step at batch 1 (11 ms against 5 ms plain) priced each
+    further row at 6 ms, four drafts at 29 ms where they cost 12, and no count could pay:
+    a fresh engine ran 84% of its steps plain (Zen 4, 0.81 of four drafts fixed; issue 22).
+    Optimism costs a step: the trust region (``budget_rows.TrustRegion``) at most doubles
+    the rows, and the step measured there gives the arm its own slope. A cheaper jump stays
+    a slope: at a fixed batch of two, a draft row priced free went to a request whose drafts
+    were seldom accepted (``test_rows_go_to_the_likely_requests``)."""
     slopes = [s for s in (secant(own, _SPAN), secant(plain, 1.0)) if s is not None]
     return max(slopes) if slopes else None
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-from .budget_models import YOUNG_SAMPLES, StepCost
+from .budget_models import FIXED_PRICE, YOUNG_SAMPLES, StepCost
 from .budget_rows import candidates
 from .budget_settings import BudgetSettings
 
@@ -45,7 +45,7 @@ class Upside(NamedTuple):
 
     expected: Callable[[int], float | None]  # predicted tokens / s of r rows (goodput)
     best_case: Callable[[int], float | None]  # the same, every draft accepted
-    one: float | None  # tokens / s of one draft each, accepted, at its fastest step (None: none)
+    price: float | None  # a step of one draft each at its fastest, in plain steps (None: unseen)
     plain: float  # predicted tokens / s of plain decoding
     need: float  # what a choice to draft must predict (plain, with the margin)
 
@@ -67,7 +67,7 @@ def priced_probe(total: int, upside: Upside) -> int | None:
     engines). With this rule 0.77-0.96 in nine, a mean one to two points higher: the rest of
     that round's loss is elsewhere (issue 22; RESULTS, the fourteenth session)."""
     counts = candidates(total)
-    if not counts or upside.one is None or upside.one > upside.plain:
+    if not counts or upside.price is None or upside.price < FIXED_PRICE:
         return None
     hopes = [((upside.expected(r) or 0.0), r) for r in counts
              if (upside.best_case(r) or 0.0) > upside.need]
@@ -79,19 +79,19 @@ def priced_probe(total: int, upside: Upside) -> int | None:
     return min(r for value, r in hopes if value >= (1 - NEAR_BEST) * most)
 
 
-def upside_of(ctl, batch: int, prefix: list[float], depth: list[int]) -> Upside | None:
-    """A controller's (``core/budget.py``) :class:`Upside` at this batch size, from its row
-    search's predictions (``prefix``: expected accepted drafts of the first r rows; ``depth``:
-    their deepest chain) and its fastest drafting step of one draft each; None before a
-    plain step was priced."""
-    search = ctl.search
+def upside_of(search, margin: float, cost: StepCost, batch: int, prefix: list[float],
+              depth: list[int]) -> Upside | None:
+    """The :class:`Upside` at this batch size, from a controller's row search
+    (``budget_search``: ``prefix``, expected accepted drafts of the first r rows; ``depth``,
+    their deepest chain), its decision ``margin`` and its step prices; None before a plain
+    step was priced."""
     plain = search.goodput(batch, 0, 0.0)
     if plain is None:
         return None
-    one = ctl.cost.fastest(2 * batch, True, search.stage(1))
+    price = cost.in_plain_steps(batch, batch, search.stage(1), search.seconds(batch, 0), True)
     return Upside(lambda r: search.goodput(batch, r, prefix[r], depth[r]),
                   lambda r: search.goodput(batch, r, r, depth[r]),
-                  2 * batch / one if one else None, plain, plain * (1 + ctl.s.margin))
+                  price, plain, plain * (1 + margin))
 
 
 class ProbeSchedule:

@@ -203,6 +203,26 @@ def test_step_cost_interpolates_and_never_decreases():
         sorted(cost.predict(r, True) for r in (2, 8, 16, 32, 64))
 
 
+def test_one_drafting_bucket_with_no_slope_to_follow_extends_flat():
+    """At batch 1 alone a drafting arm's one bucket sits one row above the only plain one;
+    the jump between them is the cost of drafting at all (a drafter forward), not of a
+    row: past it the curve runs flat until a second bucket or a plain slope says more."""
+    cost = StepCost()
+    for step in range(3):
+        cost.observe(1, False, 0.005, step)
+        cost.observe(2, True, 0.011, step)
+    assert cost.predict(5, True) == pytest.approx(0.011)  # not 0.011 + 3 x 6 ms
+    for step in range(3):  # a second drafting bucket: the arm's own rise from there
+        cost.observe(5, True, 0.0116, 3 + step)
+    assert cost.predict(9, True) == pytest.approx(0.0116 + 4 * 0.0002)
+    other = StepCost()  # a plain slope (batch 2's steps) is followed, as before
+    for step in range(3):
+        other.observe(1, False, 0.005, step)
+        other.observe(2, False, 0.006, step)
+        other.observe(3, True, 0.011, step)
+    assert other.predict(5, True) == pytest.approx(0.013)
+
+
 def test_step_cost_tracks_the_fast_samples_and_follows_a_real_change():
     cost = StepCost()
     for s in (0.030, 0.010, 0.011, 0.010):  # the first step of a new shape builds kernels

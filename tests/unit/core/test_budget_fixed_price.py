@@ -13,10 +13,12 @@ from vllm_anyorder.core.budget_settings import BudgetSettings
 def upside(one: float | None, plain: float = 200.0, seconds: float = 0.0116,
            accept: float = 0.7) -> Upside:
     """Batch 1, a drafting step of ``seconds`` at any depth, drafts accepted at ``accept``
-    each (after their predecessor)."""
+    each (after their predecessor); ``one``: tokens / s of one draft, accepted, at its
+    fastest step (the price in plain steps is 2 tokens against plain's one)."""
     def expected(r: int) -> float:
         return (1 + sum(accept ** j for j in range(1, r + 1))) / seconds
-    return Upside(expected, lambda r: (1 + r) / seconds, one, plain, plain * 1.03)
+    price = 2 * plain / one if one else None
+    return Upside(expected, lambda r: (1 + r) / seconds, price, plain, plain * 1.03)
 
 
 def test_a_fixed_price_probe_takes_the_fewest_drafts_near_the_count_predicted_best():

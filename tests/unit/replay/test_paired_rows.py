@@ -48,7 +48,9 @@ def test_unreadable_counters_are_reported_as_none():
 
 def test_a_greedy_divergence_is_located_and_its_reference_gap_asked():
     """paired.divergences: the first differing token of each differing (round, prompt), and
-    the reference engine's top-2 log-probabilities there, asked again alone."""
+    the reference engine's top-2 log-probabilities there, asked again alone with the prompt
+    and the output the two share before it (from the prompt alone, a lone run can leave the
+    batch's output earlier and report another context's gap)."""
     from types import SimpleNamespace as NS
 
     from benchmarks.paired import divergences
@@ -56,10 +58,13 @@ def test_a_greedy_divergence_is_located_and_its_reference_gap_asked():
     asked = []
 
     class Ref:
+        def get_tokenizer(self):
+            return lambda text: NS(input_ids=[100 + int(text[1:])])
+
         def generate(self, prompts, params, use_tqdm=False):
             asked.append((prompts, params.max_tokens, params.logprobs))
             lp = {7: NS(logprob=-0.693), 9: NS(logprob=-0.701), 3: NS(logprob=-5.0)}
-            return [NS(outputs=[NS(logprobs=[{}, lp])])]
+            return [NS(outputs=[NS(logprobs=[lp])])]
 
     ref = [[1, 7, 5], [2, 2]]
     runs = [{"outputs": [[1, 7, 5], [2, 2]]}, {"outputs": [[1, 9, 5], [2, 2]]}]
@@ -67,7 +72,8 @@ def test_a_greedy_divergence_is_located_and_its_reference_gap_asked():
     assert len(found) == 1 and found[0]["round"] == 1 and found[0]["prompt"] == 0
     assert found[0]["token"] == 1 and found[0]["reference"] == [7] and found[0]["row"] == [9]
     assert found[0]["top2"] == [[7, -0.693], [9, -0.701]] and abs(found[0]["gap"] - 0.008) < 1e-9
-    assert asked == [(["p0"], 2, 2)]
+    assert found[0]["agrees"] == "reference"
+    assert [(p[0]["prompt_token_ids"], n, k) for p, n, k in asked] == [([100, 1], 1, 2)]
 
 
 def test_the_floor_in_forwards_holds_when_the_machine_slows_between_passes():
