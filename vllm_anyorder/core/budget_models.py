@@ -264,10 +264,8 @@ class StepCost:
         if arm == 1 and plain:  # plain steps below the drafting range anchor its low end
             low = pts[0][0] if pts else float("inf")
             pts = monotone(sorted(pts + [p for p in plain if p[0] < low]))
-        slope = _tail_slope(own, plain)
-        if slope is None and len(own) == 1 and len(pts) > 1 and \
-                own[0][1] >= FIXED_PRICE * pts[-2][1]:
-            slope = 0.0  # one drafting bucket a plain step or more dearer: a fixed price
+        below = pts[-2][1] if len(own) == 1 and len(pts) > 1 else None  # a plain anchor
+        slope = _tail_slope(own, plain, below)
         if pts and slope is not None:  # past the last bucket (_tail_slope)
             x, y = pts[-1]
             pts = pts + [(x + _FAR, y + slope * _FAR)]
@@ -304,8 +302,8 @@ def _arm(drafting: bool, stage: int) -> int:
 _FAR = 4096.0  # rows: where the tail point sits (past any batch's rows)
 
 
-def _tail_slope(own: list[tuple[float, float]],
-                plain: list[tuple[float, float]]) -> float | None:
+def _tail_slope(own: list[tuple[float, float]], plain: list[tuple[float, float]],
+                below: float | None = None) -> float | None:
     """Seconds per row past a drafting curve's last bucket: the steeper of its own buckets'
     secant over their upper half (where they span at least ``_SPAN`` rows) and the plain
     curve's; None with neither (then the last segment's slope, as before). A row costs what
@@ -315,7 +313,7 @@ def _tail_slope(own: list[tuple[float, float]],
     engine ran 1,000 steps at batch 8 without a draft (issue 22).
 
     With neither, and one drafting bucket that costs ``FIXED_PRICE`` plain steps or more (the
-    plain step below it), the caller extends that bucket flat: the last segment is then the
+    plain step below it, ``below``), 0: that bucket extends flat. The last segment is then the
     jump from a plain step to it, the cost of drafting at all (a drafter forward), not of a
     row. ``specdiff``'s one-draft step at batch 1 (11 ms against 5 ms plain) priced each
     further row at 6 ms, four drafts at 29 ms where they cost 12, and no count could pay:
@@ -325,7 +323,10 @@ def _tail_slope(own: list[tuple[float, float]],
     a slope: at a fixed batch of two, a draft row priced free went to a request whose drafts
     were seldom accepted (``test_rows_go_to_the_likely_requests``)."""
     slopes = [s for s in (secant(own, _SPAN), secant(plain, 1.0)) if s is not None]
-    return max(slopes) if slopes else None
+    if slopes:
+        return max(slopes)
+    fixed = len(own) == 1 and below is not None and own[0][1] >= FIXED_PRICE * below
+    return 0.0 if fixed else None
 
 
 _SPAN = 4.0  # rows a drafting arm's buckets must span before their own slope is trusted
