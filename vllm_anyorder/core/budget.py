@@ -56,7 +56,7 @@ from .budget_batch_prices import BatchPrices
 from .budget_calibration import Calibration
 from .budget_drain import ClosedBatch, DrainValue, on_grid, water_fill
 from .budget_guard import LossGuard
-from .budget_models import FIXED_PRICE, StepCost
+from .budget_models import StepCost, fixed_price
 from .budget_probes import Explorer, upside_of
 from .budget_reality import RealityCheck
 from .budget_report import describe, fingerprint
@@ -269,7 +269,7 @@ class BudgetController(BudgetRecords):
             # ``specdiff`` decides as it did before lone choices were kept (issue 22)
             price = self.cost.in_plain_steps(batch, rows, self.search.stage(depth[rows]),
                                              self.search.seconds(batch, 0))
-            if grow or not rows or (price is not None and price < FIXED_PRICE):
+            if grow or not rows or (price is not None and not fixed_price(price)):
                 self.kept.keep(req_ids, caps, keeps, young, grow or not rows)
         return caps
 

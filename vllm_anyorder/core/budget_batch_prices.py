@@ -16,7 +16,7 @@ batch size), so one pooled curve priced each batch size with the other's steps:
   plain and 3.2-3.5 for a row each.
 
 So each (batch size, drafter stage) keeps its own drafting points (buckets as the cost model
-keeps them: ``budget_models.Bucket``, a low quantile of seconds by rows), and where
+keeps them: ``budget_buckets.Bucket``, a low quantile of seconds by rows), and where
 it has a mature one a drafting step there is priced from them: between its points, the line;
 below its fewest rows, that point less a draft row's cost at a fixed batch size (its own
 secant) -- not a line down to the plain step, which hid the fixed cost of drafting at all;
@@ -34,7 +34,7 @@ from __future__ import annotations
 from typing import Callable
 
 from .budget_curves import Curve, interpolate, monotone
-from .budget_models import YOUNG_SAMPLES, Bucket, observe_bucket
+from .budget_buckets import YOUNG_SAMPLES, Bucket, observe_bucket
 
 
 class BatchPrices:

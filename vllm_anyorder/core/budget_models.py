@@ -20,60 +20,25 @@ hand-set constant of the machine.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from typing import Callable
 
+from .budget_buckets import YOUNG_SAMPLES, Bucket, bucket_of, observe_bucket
 from .budget_curves import interpolate, monotone, price_table, secant
 
 
-YOUNG_SAMPLES = 3  # a cost bucket with fewer samples is young (its figure is not yet trusted)
 # a drafting step of one draft a request priced at this many plain steps or more cannot beat
 # plain decoding even if every draft is accepted: drafting has a fixed price (``specdiff``'s
 # drafter forward: 11.6 ms against 5.0 ms plain at batch 1, at one draft as at four)
 FIXED_PRICE = 2.0
 
 
-def bucket_of(rows: int) -> int:
-    """Exact up to 16 rows (where a CPU's cost curve bends), then four per doubling."""
-    if rows <= 16:
-        return max(1, rows)
-    return 17 + int(4 * math.log2(rows / 16.0))
-
-
-@dataclass
-class Bucket:
-    """One row-count bucket's measured steps."""
-
-    rows: float
-    seconds: float  # a low quantile of the samples
-    samples: int
-    step: int  # controller step of the last sample (staleness)
-    typical: float  # their running mean (the loss guard's baseline: time as it passes)
-
-    def add(self, rows: int, seconds: float, step: int, down: float, up: float) -> None:
-        """One more step: the low quantile falls by ``down`` towards a faster sample and rises
-        by ``up`` towards a slower one (a young bucket takes its fastest sample outright)."""
-        weight = min(self.samples + 1, 20)
-        if self.samples < YOUNG_SAMPLES:
-            self.seconds = self.typical = min(self.seconds, seconds)
-        else:
-            w = down if seconds < self.seconds else up
-            self.seconds += w * (seconds - self.seconds)
-            self.typical += (seconds - self.typical) / weight
-        self.rows += (rows - self.rows) / weight
-        self.samples += 1
-        self.step = step
-
-
-def observe_bucket(table: dict[int, Bucket], rows: int, seconds: float, step: int,
-                   down: float, up: float) -> None:
-    """Add one step to its row count's bucket of ``table`` (a new bucket for a new count)."""
-    b = table.get(bucket_of(rows))
-    if b is None:
-        table[bucket_of(rows)] = Bucket(float(rows), float(seconds), 1, step, float(seconds))
-    else:
-        b.add(rows, seconds, step, down, up)
+def fixed_price(price: float) -> bool:
+    """Whether a drafting step of one draft a request that costs ``price`` plain steps has a
+    fixed price: at :data:`FIXED_PRICE` or more, even every draft accepted cannot beat plain
+    decoding, so the step's cost is the drafter's, not its rows' (the curve past a lone
+    bucket, :func:`_tail_slope`; the priced probe, ``budget_probes.priced_probe``; a lone
+    request's kept choice, ``BudgetController``)."""
+    return price >= FIXED_PRICE
 
 
 class StepCost:
@@ -325,7 +290,7 @@ def _tail_slope(own: list[tuple[float, float]], plain: list[tuple[float, float]]
     slopes = [s for s in (secant(own, _SPAN), secant(plain, 1.0)) if s is not None]
     if slopes:
         return max(slopes)
-    fixed = len(own) == 1 and below is not None and own[0][1] >= FIXED_PRICE * below
+    fixed = len(own) == 1 and bool(below) and fixed_price(own[0][1] / below)
     return 0.0 if fixed else None
 
 

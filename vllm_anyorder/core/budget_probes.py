@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-from .budget_models import FIXED_PRICE, YOUNG_SAMPLES, StepCost
+from .budget_models import YOUNG_SAMPLES, StepCost, fixed_price
 from .budget_rows import candidates
 from .budget_settings import BudgetSettings
 
@@ -67,7 +67,7 @@ def priced_probe(total: int, upside: Upside) -> int | None:
     engines). With this rule 0.77-0.96 in nine, a mean one to two points higher: the rest of
     that round's loss is elsewhere (issue 22; RESULTS, the fourteenth session)."""
     counts = candidates(total)
-    if not counts or upside.price is None or upside.price < FIXED_PRICE:
+    if not counts or upside.price is None or not fixed_price(upside.price):
         return None
     hopes = [((upside.expected(r) or 0.0), r) for r in counts
              if (upside.best_case(r) or 0.0) > upside.need]
