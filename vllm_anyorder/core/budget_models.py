@@ -229,8 +229,8 @@ class StepCost:
         if arm == 1 and plain:  # plain steps below the drafting range anchor its low end
             low = pts[0][0] if pts else float("inf")
             pts = monotone(sorted(pts + [p for p in plain if p[0] < low]))
-        below = pts[-2][1] if len(own) == 1 and len(pts) > 1 else None  # a plain anchor
-        slope = _tail_slope(own, plain, below)
+        # the point below the last: a plain anchor where the arm has one bucket (_tail_slope)
+        slope = _tail_slope(own, plain, pts[-2][1] if len(pts) > 1 else None)
         if pts and slope is not None:  # past the last bucket (_tail_slope)
             x, y = pts[-1]
             pts = pts + [(x + _FAR, y + slope * _FAR)]
