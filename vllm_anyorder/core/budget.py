@@ -36,7 +36,9 @@ backed off, per batch size, where probes keep leaving the choice where it was
 the controller switches, so noise does not flap the decision.
 Reality check (``core/budget_reality``): where the drafting steps it chose at a batch size
 really committed fewer tokens per second than plain steps did, it stops drafting there, and
-tries again once that figure is stale (not for drafts cold after plain steps, Jacobi's).
+tries again once that figure is stale (not for drafts cold after plain steps, Jacobi's); and
+where a lone request's drafting steps really committed more than plain steps did, by the
+margin, a prediction to stop drafting is overruled (``RealityCheck.paying``).
 The books (``core/budget_guard``): drafting, chosen or probed, runs only while the net time
 the drafting steps lost against plain decoding (for the tokens they committed) is within
 ``loss_share`` of the measured time, and a step drafts no more rows than it could lose
@@ -233,6 +235,10 @@ class BudgetController(BudgetRecords):
         if best != anchor and best_val < anchor_val * (1 + stay) and \
                 anchor_val >= least and not self.search.free_switch(batch, anchor, best, depth):
             best, best_val = anchor, anchor_val
+        if not best:  # a lone request's drafting steps that paid in reality (budget_reality)
+            keep = min(self.reality.paying(batch, self.decisions, self.s.margin), reach)
+            if keep:
+                best, best_val = keep, value(keep) or plain
         lost = bool(best) and self.reality.lost(batch, self.decisions)
         if lost:  # reality overrules the prediction
             best, best_val = 0, plain
@@ -244,6 +250,7 @@ class BudgetController(BudgetRecords):
             # the books' row bound held back one more predicted-better row
             self.totals["guarded"] += 1
         self.chosen = (best, batch)
+        self.reality.chose(batch, best)
         if not allowed:  # a plain step: no held probe, no probe; the decision says why
             self.explore.held = None
             self.last = Decision(0, batch, False, best_val, plain, guarded=True, closed=closed)

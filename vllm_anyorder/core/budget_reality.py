@@ -6,6 +6,17 @@ cost and acceptance models predict, and tries its prediction again once that fig
 ``stale_after`` steps old, judged on the retry's own steps (not spaced out with the probes:
 while drafting is stopped, probes keep leaving the choice at plain, back off, and would
 postpone the retry for good; what retries lose, the books bound: ``core/budget_guard``).
+
+The mirror, for a lone request (:meth:`RealityCheck.paying`): where the drafting steps chosen
+at batch 1 lately committed more tokens per second than plain steps by the decision margin,
+a prediction to stop drafting is overruled and the last drafting count kept. Why (issue 22,
+``specdiff`` at batch 1 on Zen 4, traced): the drafting steps accepted 1.9-2.0 drafts of four,
+and on them the predictions matched; once a few rejections had tipped one choice to plain,
+the request's own counts faded to engine-wide rates that no chain had judged since (a
+looping prompt had left position 3 at 0.27 against 0.63), plain steps judged nothing, and
+engines ran 77-98% plain at 0.82-0.93 of four drafts fixed. A plain step measures nothing
+of the drafts; a drafting step measures what drafting gives, so the figure the drafting steps
+left stands until they say otherwise (the check above) or it is ``stale_after`` steps old.
 """
 
 from __future__ import annotations
@@ -67,6 +78,7 @@ class RealityCheck:
         self.stale_after = stale_after
         self.realized = None if cold_after_plain else Realized()
         self.run = 0  # measured drafting steps in a row the controller chose (no probes)
+        self.lone_rows = 0  # the last drafting count chosen for a lone request (paying)
 
     def observe(self, batch: int, drafting: bool, probe: bool, tokens: int, seconds: float,
                 now: int) -> None:
@@ -88,3 +100,21 @@ class RealityCheck:
         drafting = self.realized.rate(batch, True, now, self.stale_after)
         plain = self.realized.rate(batch, False, now, now)
         return drafting is not None and plain is not None and drafting < plain
+
+    def chose(self, batch: int, rows: int) -> None:
+        """A decision (not a probe) to draft ``rows`` at this batch size."""
+        if batch == 1 and rows:
+            self.lone_rows = rows
+
+    def paying(self, batch: int, now: int, margin: float) -> int:
+        """Draft rows reality asks a lone request to keep: the last drafting count chosen
+        at batch 1 where the drafting steps chosen there lately (within ``stale_after``
+        steps) committed more than ``1 + margin`` times plain steps' tokens per second;
+        0 elsewhere."""
+        if batch != 1 or not self.lone_rows or self.realized is None:
+            return 0
+        drafting = self.realized.rate(batch, True, now, self.stale_after)
+        plain = self.realized.rate(batch, False, now, now)
+        if drafting is None or plain is None or drafting <= plain * (1 + margin):
+            return 0
+        return self.lone_rows

@@ -34,6 +34,7 @@ def fingerprint(c) -> dict:
             "realized": sorted([list(k), [round(x, 9) for x in v]]
                                for k, v in c.reality.realized.table.items())
             if c.reality.realized is not None else None,
+            "lone_rows": c.reality.lone_rows,
             "cost": {str(k): sorted((b, round(m.rows, 6), round(m.seconds, 9))
                                     for b, m in v.items())
                      for k, v in c.cost.tables.items()},
