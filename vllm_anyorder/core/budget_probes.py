@@ -50,13 +50,13 @@ class Upside(NamedTuple):
     need: float  # what a choice to draft must predict (plain, with the margin)
 
 
-NEAR_BEST = 0.05  # a priced probe's count: the fewest predicted within this share of the best
+NEAR_BEST = 0.15  # a priced probe's count: the most predicted within this share of the best
 
 
 def priced_probe(total: int, upside: Upside) -> int | None:
     """An upward probe from plain decoding where drafting has a fixed price: where a step of
     one draft per request could not beat plain decoding even if every draft were accepted
-    (it costs two plain steps or more), the fewest drafts within ``total`` predicted within
+    (it costs two plain steps or more), the most drafts within ``total`` predicted within
     ``NEAR_BEST`` of the best count among those that could beat it if every draft were; None
     elsewhere (the nearest-count rule, whose first probes are one or two drafts).
 
@@ -65,7 +65,17 @@ def priced_probe(total: int, upside: Upside) -> int | None:
     each lost, was owed to the books, and judged one or two positions, and a fresh engine
     ran plain for hundreds of steps (0.77-0.92 of four drafts fixed in its first round, eight
     engines). With this rule 0.77-0.96 in nine, a mean one to two points higher: the rest of
-    that round's loss is elsewhere (issue 22; RESULTS, the fourteenth session)."""
+    that round's loss is elsewhere (issue 22; RESULTS, the fourteenth session).
+
+    The most such drafts, not the fewest: a probe is how a position the controller stopped
+    drafting to is judged again, and where the price is fixed deeper rows cost little. With
+    the fewest within 5%, a position whose estimate had fallen low (a few looping requests,
+    or a handful of rows in the warm-up: engine rate 0.27-0.32 and calibration 0.32-0.71
+    where 0.6-0.8 were accepted) was never probed again, since two drafts then looked as good
+    as four: traced ``specdiff`` engines at batch 1 ran 77-98% plain, and a simulated start
+    (``tests/unit/core/test_budget_fixed_price.py``) stayed plain for 2,000 steps at 0.74 of
+    four drafts fixed. A second drafter forward (``specdiff``'s stages past four drafts: 17
+    ms a step against 12) prices itself out of the band unless its drafts are likely."""
     counts = candidates(total)
     if not counts or upside.price is None or not fixed_price(upside.price):
         return None
@@ -73,10 +83,8 @@ def priced_probe(total: int, upside: Upside) -> int | None:
              if (upside.best_case(r) or 0.0) > upside.need]
     if not hopes:
         return None
-    # the fewest drafts predicted within 5% of the best: deeper ones, rarely reached where
-    # drafts are seldom accepted, cost their rows (and a deeper drafter) for nothing
     most = max(value for value, _ in hopes)
-    return min(r for value, r in hopes if value >= (1 - NEAR_BEST) * most)
+    return max(r for value, r in hopes if value >= (1 - NEAR_BEST) * most)
 
 
 def upside_of(search, margin: float, cost: StepCost, batch: int, prefix: list[float],

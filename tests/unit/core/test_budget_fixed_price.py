@@ -11,24 +11,30 @@ from vllm_anyorder.core.budget_settings import BudgetSettings
 
 
 def upside(one: float | None, plain: float = 200.0, seconds: float = 0.0116,
-           accept: float = 0.7) -> Upside:
-    """Batch 1, a drafting step of ``seconds`` at any depth, drafts accepted at ``accept``
-    each (after their predecessor); ``one``: tokens / s of one draft, accepted, at its
-    fastest step (the price in plain steps is 2 tokens against plain's one)."""
+           accept: float = 0.7, deeper: float | None = None) -> Upside:
+    """Batch 1, a drafting step of ``seconds`` at any depth (``deeper``: the step's seconds
+    past four drafts, a second drafter forward), drafts accepted at ``accept`` each (after
+    their predecessor); ``one``: tokens / s of one draft, accepted, at its fastest step (the
+    price in plain steps is 2 tokens against plain's one)."""
+    def step(r: int) -> float:
+        return deeper if deeper is not None and r > 4 else seconds
+
     def expected(r: int) -> float:
-        return (1 + sum(accept ** j for j in range(1, r + 1))) / seconds
+        return (1 + sum(accept ** j for j in range(1, r + 1))) / step(r)
     price = 2 * plain / one if one else None
-    return Upside(expected, lambda r: (1 + r) / seconds, price, plain, plain * 1.03)
+    return Upside(expected, lambda r: (1 + r) / step(r), price, plain, plain * 1.03)
 
 
-def test_a_fixed_price_probe_takes_the_fewest_drafts_near_the_count_predicted_best():
-    # one draft, even accepted, commits 2 tokens in 11.6 ms: 172 / s against 200 plain
-    expected = upside(one=172.0).expected
-    best = max(expected(r) for r in range(1, 9))
-    near = min(r for r in range(1, 9) if expected(r) >= 0.95 * best)
-    assert priced_probe(8, upside(one=172.0)) == near == 6
-    # drafts seldom accepted (T=0.8): two, not eight (one cannot pay even if accepted)
-    assert priced_probe(8, upside(one=172.0, accept=0.1)) == 2
+def test_a_fixed_price_probe_takes_the_most_drafts_near_the_count_predicted_best():
+    # one draft, even accepted, commits 2 tokens in 11.6 ms: 172 / s against 200 plain;
+    # every count costs the same step, so the deepest judges the most positions
+    assert priced_probe(8, upside(one=172.0)) == 8
+    # drafts seldom accepted (T=0.8): as deep, for the same price
+    assert priced_probe(8, upside(one=172.0, accept=0.1)) == 8
+    # a second drafter forward past four drafts (17 ms a step): four predicted best, and five
+    # to eight fall more than 15% short of it
+    assert priced_probe(8, upside(one=172.0, deeper=0.017)) == 4
+    assert priced_probe(3, upside(one=172.0)) == 3  # within what the caller allows
 
 
 def test_where_one_draft_could_pay_the_nearest_count_rule_stands():
@@ -92,3 +98,54 @@ def test_a_fixed_price_drafter_that_pays_is_found_from_the_start():
         auto_s, auto_t = run(600, seed)
         fixed_s, fixed_t = run(600, seed, "cycle:4")
         assert (auto_t / auto_s) / (fixed_t / fixed_s) > 0.9, seed
+
+
+def warm_start(steps: int, seed: int, mode: str = "auto") -> float:
+    """An engine's start as ``bench_switch`` runs it: plain and then drafting steps at batch
+    2 (four drafts each: 10 rows, ~15 ms), then requests of 128 tokens one after another at
+    batch 1, where a drafting step costs 2.3 plain steps at any depth; drafts accepted with
+    probability 0.8 after their predecessor, except in requests 2-4, which loop where the
+    drafter cannot follow (their third draft and beyond never accepted). Committed tokens
+    per second at batch 1."""
+    rng = random.Random(seed)
+    ctl = BudgetController(BudgetSettings(max_drafts=8, mode=mode), lambda depth: 1)
+    for i in range(60):
+        caps = ctl.allot(["a", "b"], [4, 4] if i >= 20 else [0, 0])
+        committed = 2
+        for rid, k in zip(["a", "b"], caps):
+            accepted = 0
+            while accepted < k and rng.random() < 0.8:
+                accepted += 1
+            if k:
+                ctl.record_verified(rid, k, accepted)
+            committed += accepted
+        seconds = 0.0145 + 0.0002 * sum(caps) if any(caps) else 0.0069
+        ctl.record_step(2 + sum(caps), any(caps), seconds * (1 + 0.04 * rng.random()), 2,
+                        committed)
+    seconds, tokens, request, made = 0.0, 0, 0, 0
+    for _ in range(steps):
+        rid = f"r{request}"
+        k = ctl.allot([rid], [min(4, 127 - made)])[0]
+        loops = request in (2, 3, 4)
+        accepted = 0
+        while accepted < k and (accepted < 2 or not loops) and rng.random() < 0.8:
+            accepted += 1
+        if k:
+            ctl.record_verified(rid, k, accepted)
+        step = (0.0120 + 0.0002 * k if k else 0.0052) * (1 + 0.06 * rng.random())
+        ctl.record_step(1 + k, bool(k), step, 1, 1 + accepted)
+        seconds, tokens, made = seconds + step, tokens + 1 + accepted, made + 1 + accepted
+        if made >= 128:
+            request, made = request + 1, 0
+    return tokens / seconds
+
+
+def test_a_position_priced_low_in_the_warm_up_is_probed_again():
+    """A few rows of the batch-2 warm-up can leave a position's rate and calibration low
+    (0.32 and 0.32 where 0.8 were accepted): with probes of the fewest drafts predicted
+    within 5% of the best (two), that position was never judged again, and two seeds of
+    twenty stayed plain for 2,000 steps at 0.74-0.75 of four drafts fixed. Probing the most
+    drafts within 15% of the best, the worst of the twenty runs 0.89."""
+    for seed in range(20):
+        ratio = warm_start(2000, seed) / warm_start(2000, seed, "cycle:4")
+        assert ratio > 0.85, (seed, ratio)
