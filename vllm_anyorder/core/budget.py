@@ -239,7 +239,7 @@ class BudgetController(BudgetRecords):
             keep = min(self.reality.paying(batch, self.decisions, self.s.margin), reach)
             if keep:
                 best, best_val = keep, value(keep) or plain
-        lost = bool(best) and self.reality.lost(batch, self.decisions)
+        lost = bool(best) and self.reality.lost(batch, self.decisions, self.s.margin)
         if lost:  # reality overrules the prediction
             best, best_val = 0, plain
         allowed = room >= 0  # the books overrule everything (budget_guard)
@@ -293,7 +293,8 @@ class BudgetController(BudgetRecords):
         if plain or reused:
             return True
         self.flush()  # the books and the realised rates
-        return self.guard.allows(batch) and not self.reality.lost(batch, self.decisions)
+        return self.guard.allows(batch) and not self.reality.lost(batch, self.decisions,
+                                                                   self.s.margin)
 
     def _probe_caps(self, order: list[tuple[float, int]], rows: int, limits: list[int],
                     best_val: float, plain: float, most: int) -> list[int]:
