@@ -2,12 +2,10 @@
 wait for a step where a row may be drafted (``Explorer.choose``; issue 22, ``specdiff``'s
 drafter at batch 1: a drafting step 11.6 ms against 5.0 ms plain, at one draft as at four)."""
 
-import random
-
-from vllm_anyorder.core.budget import BudgetController
 from vllm_anyorder.core.budget_models import StepCost
 from vllm_anyorder.core.budget_probes import Explorer, Upside, priced_probe
 from vllm_anyorder.core.budget_settings import BudgetSettings
+from tests.unit.core.lone_requests import lone_requests, speed
 
 
 def upside(one: float | None, plain: float = 200.0, seconds: float = 0.0116,
@@ -64,30 +62,10 @@ def test_a_probe_due_where_no_row_may_be_drafted_comes_an_eighth_of_its_gap_late
 
 
 def run(steps: int, seed: int, mode: str = "auto") -> tuple[float, int]:
-    """Requests of 128 tokens one after another at batch 1 (after a few plain steps at batch
-    2, which measure a plain row's cost); a drafting step costs 2.3 plain steps at any depth
-    (``specdiff``'s drafter); each draft accepted with probability 0.8 after its
-    predecessor. Returns (seconds, tokens)."""
-    rng = random.Random(seed)
-    ctl = BudgetController(BudgetSettings(max_drafts=8, mode=mode), lambda depth: 1)
-    for _ in range(20):
-        ctl.allot(["a", "b"], [0, 0])
-        ctl.record_step(2, False, 0.0069 * (1 + 0.04 * rng.random()), 2, 2)
-    seconds, tokens, request, made = 0.0, 0, 0, 0
-    for _ in range(steps):
-        rid = f"r{request}"
-        k = ctl.allot([rid], [min(8, 127 - made)])[0]
-        accepted = 0
-        while accepted < k and rng.random() < 0.8:
-            accepted += 1
-        if k:
-            ctl.record_verified(rid, k, accepted)
-        step = (0.0116 + 0.00003 * k if k else 0.0050) * (1 + 0.04 * rng.random())
-        ctl.record_step(1 + k, bool(k), step, 1, 1 + accepted)
-        seconds, tokens, made = seconds + step, tokens + 1 + accepted, made + 1 + accepted
-        if made >= 128:
-            request, made = request + 1, 0
-    return seconds, tokens
+    """Lone requests (``lone_requests``) after plain steps at batch 2; a drafting step costs
+    2.3 plain steps at any depth (``specdiff``'s drafter); each draft accepted with
+    probability 0.8 after its predecessor. Returns (seconds, tokens)."""
+    return lone_requests(steps, seed, mode)
 
 
 def test_a_fixed_price_drafter_that_pays_is_found_from_the_start():
@@ -101,43 +79,12 @@ def test_a_fixed_price_drafter_that_pays_is_found_from_the_start():
 
 
 def warm_start(steps: int, seed: int, mode: str = "auto") -> float:
-    """An engine's start as ``bench_switch`` runs it: plain and then drafting steps at batch
-    2 (four drafts each: 10 rows, ~15 ms), then requests of 128 tokens one after another at
-    batch 1, where a drafting step costs 2.3 plain steps at any depth; drafts accepted with
-    probability 0.8 after their predecessor, except in requests 2-4, which loop where the
-    drafter cannot follow (their third draft and beyond never accepted). Committed tokens
+    """An engine's start as ``bench_switch`` runs it (``lone_requests``): plain and then
+    four-draft steps at batch 2, then lone requests, where a drafting step costs 2.3 plain
+    steps at any depth; requests 2-4 loop where the drafter cannot follow. Committed tokens
     per second at batch 1."""
-    rng = random.Random(seed)
-    ctl = BudgetController(BudgetSettings(max_drafts=8, mode=mode), lambda depth: 1)
-    for i in range(60):
-        caps = ctl.allot(["a", "b"], [4, 4] if i >= 20 else [0, 0])
-        committed = 2
-        for rid, k in zip(["a", "b"], caps):
-            accepted = 0
-            while accepted < k and rng.random() < 0.8:
-                accepted += 1
-            if k:
-                ctl.record_verified(rid, k, accepted)
-            committed += accepted
-        seconds = 0.0145 + 0.0002 * sum(caps) if any(caps) else 0.0069
-        ctl.record_step(2 + sum(caps), any(caps), seconds * (1 + 0.04 * rng.random()), 2,
-                        committed)
-    seconds, tokens, request, made = 0.0, 0, 0, 0
-    for _ in range(steps):
-        rid = f"r{request}"
-        k = ctl.allot([rid], [min(4, 127 - made)])[0]
-        loops = request in (2, 3, 4)
-        accepted = 0
-        while accepted < k and (accepted < 2 or not loops) and rng.random() < 0.8:
-            accepted += 1
-        if k:
-            ctl.record_verified(rid, k, accepted)
-        step = (0.0120 + 0.0002 * k if k else 0.0052) * (1 + 0.06 * rng.random())
-        ctl.record_step(1 + k, bool(k), step, 1, 1 + accepted)
-        seconds, tokens, made = seconds + step, tokens + 1 + accepted, made + 1 + accepted
-        if made >= 128:
-            request, made = request + 1, 0
-    return tokens / seconds
+    return speed(steps, seed, mode, most=4, loops=(2, 3, 4), warm_drafting=40,
+                 drafting=(0.0120, 0.0002), plain=0.0052, noise=0.06)
 
 
 def test_a_position_priced_low_in_the_warm_up_is_probed_again():

@@ -3,11 +3,10 @@ core/budget.py): drafting that really committed fewer tokens per second than pla
 and is tried again, on fresh steps, once its figure is stale; a lone request whose drafting
 steps really paid keeps drafting where the models would stop."""
 
-import random
-
 from vllm_anyorder.core.budget import BudgetController
 from vllm_anyorder.core.budget_reality import Realized, RealityCheck
 from vllm_anyorder.core.budget_settings import BudgetSettings
+from tests.unit.core.lone_requests import speed
 
 
 def test_a_stale_figure_restarts_on_its_next_step():
@@ -74,41 +73,18 @@ def test_reality_asks_a_lone_request_to_keep_drafting_only_where_its_drafting_pa
     assert check.paying(1, 60, 0.03) == 0 and check.lost(1, 60)
 
 
-def lone_requests(steps: int, seed: int, mode: str = "auto") -> float:
-    """Requests of 128 tokens one after another at batch 1; a drafting step costs 2.3 plain
-    steps at any depth (``specdiff``'s drafter), each draft accepted with probability 0.8
-    after its predecessor, except in requests 2-4, which loop where the drafter cannot
-    follow: their third draft and beyond are never accepted (four drafts then commit about
-    as many tokens per second as plain steps). Returns committed tokens per second."""
-    rng = random.Random(seed)
-    ctl = BudgetController(BudgetSettings(max_drafts=8, mode=mode), lambda depth: 1)
-    for _ in range(20):
-        ctl.allot(["a", "b"], [0, 0])
-        ctl.record_step(2, False, 0.0069 * (1 + 0.04 * rng.random()), 2, 2)
-    seconds, tokens, request, made = 0.0, 0, 0, 0
-    for _ in range(steps):
-        rid = f"r{request}"
-        k = ctl.allot([rid], [min(4, 127 - made)])[0]
-        deep_ok = request not in (2, 3, 4)
-        accepted = 0
-        while accepted < k and (accepted < 2 or deep_ok) and rng.random() < 0.8:
-            accepted += 1
-        if k:
-            ctl.record_verified(rid, k, accepted)
-        step = (0.0116 + 0.00003 * k if k else 0.0050) * (1 + 0.04 * rng.random())
-        ctl.record_step(1 + k, bool(k), step, 1, 1 + accepted)
-        seconds, tokens, made = seconds + step, tokens + 1 + accepted, made + 1 + accepted
-        if made >= 128:
-            request, made = request + 1, 0
-    return tokens / seconds
+LOOPS = (2, 3, 4)  # requests whose third draft and beyond are never accepted
 
 
 def test_a_lone_request_keeps_drafting_while_its_drafting_steps_pay():
-    """Issue 22, ``specdiff`` at batch 1: a few looping requests left the engine-wide rate of
-    a deep position low, a stretch of rejections tipped one choice to plain, and plain
-    steps never judged that position again (engines ran 77-98% plain at 0.82-0.93 of four
+    """Lone requests (``lone_requests``), a fixed-price drafter (2.3 plain steps), requests
+    2-4 looping where the drafter cannot follow (four drafts then commit about as many
+    tokens per second as plain steps). Issue 22, ``specdiff`` at batch 1: a few looping
+    requests left the engine-wide rate of a deep position low, a stretch of rejections
+    tipped one choice to plain, and plain steps never judged that position again (engines ran 77-98% plain at 0.82-0.93 of four
     drafts fixed). Without reality's say in that direction one seed of these eight ran 0.88
     of four drafts fixed; with it, 0.97-1.0."""
     for seed in range(8):
-        ratio = lone_requests(3000, seed) / lone_requests(3000, seed, "cycle:4")
+        ratio = speed(3000, seed, most=4, loops=LOOPS) / \
+            speed(3000, seed, "cycle:4", most=4, loops=LOOPS)
         assert ratio > 0.93, (seed, ratio)
