@@ -86,7 +86,8 @@ class BudgetController(BudgetRecords):
         self.search = RowSearch(self.cost, stages, self.prices)  # prices, row-count searches
         self.accept = Acceptance(settings.max_drafts)
         self.calibration = Calibration()  # predictions checked against outcomes by position
-        self.reality = RealityCheck(settings.stale_after, settings.cold_after_plain)
+        self.reality = RealityCheck(settings.stale_after, settings.cold_after_plain,
+                                    settings.margin)
         self.trust = TrustRegion()
         self.guard = LossGuard(settings.loss_share, settings.loss_horizon)
         self.closed = ClosedBatch()  # closed batches (budget_drain)
@@ -236,10 +237,10 @@ class BudgetController(BudgetRecords):
                 anchor_val >= least and not self.search.free_switch(batch, anchor, best, depth):
             best, best_val = anchor, anchor_val
         if not best:  # a lone request's drafting steps that paid in reality (budget_reality)
-            keep = min(self.reality.paying(batch, self.decisions, self.s.margin), reach)
+            keep = min(self.reality.paying(batch, self.decisions), reach)
             if keep:
                 best, best_val = keep, value(keep) or plain
-        lost = bool(best) and self.reality.lost(batch, self.decisions, self.s.margin)
+        lost = bool(best) and self.reality.lost(batch, self.decisions)
         if lost:  # reality overrules the prediction
             best, best_val = 0, plain
         allowed = room >= 0  # the books overrule everything (budget_guard)
@@ -293,8 +294,7 @@ class BudgetController(BudgetRecords):
         if plain or reused:
             return True
         self.flush()  # the books and the realised rates
-        return self.guard.allows(batch) and not self.reality.lost(batch, self.decisions,
-                                                                   self.s.margin)
+        return self.guard.allows(batch) and not self.reality.lost(batch, self.decisions)
 
     def _probe_caps(self, order: list[tuple[float, int]], rows: int, limits: list[int],
                     best_val: float, plain: float, most: int) -> list[int]:

@@ -74,8 +74,10 @@ class RealityCheck:
     ``cycle:16`` on a 2-core Xeon, issue 22); what an optimistic model can lose there, the
     books bound (traced at T=0.8 under load: 0.1-2% of the time, against 0-0.7% with it)."""
 
-    def __init__(self, stale_after: int, cold_after_plain: bool = False) -> None:
+    def __init__(self, stale_after: int, cold_after_plain: bool = False,
+                 margin: float = 0.0) -> None:
         self.stale_after = stale_after
+        self.margin = margin  # the decision margin: both verdicts need reality to beat it
         self.realized = None if cold_after_plain else Realized()
         self.run = 0  # measured drafting steps in a row the controller chose (no probes)
         self.lone_rows = 0  # the last drafting count chosen for a lone request (paying)
@@ -90,34 +92,39 @@ class RealityCheck:
             self.realized.observe(batch, drafting, tokens, seconds, now,
                                   self.stale_after if drafting else None)
 
-    def lost(self, batch: int, now: int, margin: float = 0.0) -> bool:
+    def lost(self, batch: int, now: int) -> bool:
         """The drafting steps chosen at this batch size lately really committed fewer tokens
-        per second than plain steps, by more than ``margin`` (a drafting figure older than
+        per second than plain steps, by more than the margin (a drafting figure older than
         ``stale_after`` steps does not count: the prediction is then tried again, a few steps
         every ``stale_after``; the plain one counts at any age, as plain steps are rare while
         drafting pays). Within the margin the models decide: two traced ``specdiff`` engines
         at batch 1 (Zen 4) stopped drafting ten times on ties (154 against 157 tokens / s,
         132 against 133), each for ~100 steps, where drafting gave 1.2x plain on average."""
+        drafting, plain = self._rates(batch, now)
+        return drafting is not None and plain is not None and \
+            drafting < plain * (1 - self.margin)
+
+    def _rates(self, batch: int, now: int) -> tuple[float | None, float | None]:
+        """(drafting, plain) realised tokens per second at this batch size: the drafting
+        figure within ``stale_after`` steps, the plain one at any age; None where unknown."""
         if self.realized is None:
-            return False
-        drafting = self.realized.rate(batch, True, now, self.stale_after)
-        plain = self.realized.rate(batch, False, now, now)
-        return drafting is not None and plain is not None and drafting < plain * (1 - margin)
+            return None, None
+        return (self.realized.rate(batch, True, now, self.stale_after),
+                self.realized.rate(batch, False, now, now))
 
     def chose(self, batch: int, rows: int) -> None:
         """A decision (not a probe) to draft ``rows`` at this batch size."""
         if batch == 1 and rows:
             self.lone_rows = rows
 
-    def paying(self, batch: int, now: int, margin: float) -> int:
+    def paying(self, batch: int, now: int) -> int:
         """Draft rows reality asks a lone request to keep: the last drafting count chosen
         at batch 1 where the drafting steps chosen there lately (within ``stale_after``
         steps) committed more than ``1 + margin`` times plain steps' tokens per second;
         0 elsewhere."""
-        if batch != 1 or not self.lone_rows or self.realized is None:
+        if batch != 1 or not self.lone_rows:
             return 0
-        drafting = self.realized.rate(batch, True, now, self.stale_after)
-        plain = self.realized.rate(batch, False, now, now)
-        if drafting is None or plain is None or drafting <= plain * (1 + margin):
+        drafting, plain = self._rates(batch, now)
+        if drafting is None or plain is None or drafting <= plain * (1 + self.margin):
             return 0
         return self.lone_rows

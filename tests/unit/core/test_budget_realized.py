@@ -57,20 +57,22 @@ def test_drafts_cold_after_plain_steps_are_not_overruled_by_realised_rates():
 
 
 def test_reality_asks_a_lone_request_to_keep_drafting_only_where_its_drafting_paid():
-    check = RealityCheck(stale_after=100)
+    check = RealityCheck(stale_after=100, margin=0.03)
     for step in range(4):
         check.observe(1, False, False, 1, 0.005, step)  # plain: 200 tokens / s
     for step in range(4, 14):
         check.observe(1, True, False, 3, 0.012, step)  # drafting: 250 tokens / s
-    assert check.paying(1, 14, 0.03) == 0  # no drafting count chosen yet
+    assert check.paying(1, 14) == 0  # no drafting count chosen yet
     check.chose(1, 4)
-    assert check.paying(1, 14, 0.03) == 4
-    assert check.paying(2, 14, 0.03) == 0  # a lone request's rule only
-    assert check.paying(1, 14 + 101, 0.03) == 0  # the drafting figure is stale
-    assert check.paying(1, 14, 0.30) == 0  # within the margin: the models decide
+    assert check.paying(1, 14) == 4
+    assert check.paying(2, 14) == 0  # a lone request's rule only
+    assert check.paying(1, 14 + 101) == 0  # the drafting figure is stale
+    check.margin = 0.30
+    assert check.paying(1, 14) == 0  # within the margin: the models decide
+    check.margin = 0.03
     for step in range(14, 60):
         check.observe(1, True, False, 2, 0.012, step)  # 167 tokens / s: drafting lost
-    assert check.paying(1, 60, 0.03) == 0 and check.lost(1, 60)
+    assert check.paying(1, 60) == 0 and check.lost(1, 60)
 
 
 LOOPS = (2, 3, 4)  # requests whose third draft and beyond are never accepted
