@@ -75,6 +75,11 @@ class RowSearch:
         seconds = self.seconds(batch, rows, depth)
         return None if seconds is None else (batch + gain) / seconds
 
+    def could_pay(self, batch: int, rows: int, depth: int, need: float) -> bool:
+        """Whether ``rows`` draft rows could predict ``need`` tokens per second at this batch
+        size if every draft were accepted (the best case; unknown price: no)."""
+        return (self.goodput(batch, rows, float(rows), depth) or 0.0) >= need
+
     def may_pay(self, batch: int, prefix: list[float], depth: list[int], most: int,
                 need: float) -> bool:
         """Whether some row count up to ``most`` predicts at least ``need`` tokens per second
