@@ -21,8 +21,10 @@ it has a mature one a drafting step there is priced from them: between its point
 below its fewest rows, that point less a draft row's cost at a fixed batch size (its own
 secant) -- not a line down to the plain step, which hid the fixed cost of drafting at all;
 past its most rows, the pooled curve's rise from there. With one point, below it, the pooled
-(drafting) curve's fall to there (where there is none: the least secant of any batch size
-with two; else flat). Not the least secant first: a closed batch's tail meets each batch size
+(drafting) curve's fall to there, as far as the drafting arm's fewest rows, then a drafting
+row's cost (``RowSearch._falls``: not the fall to the plain steps that anchor the curve, which
+is the price of drafting at all; where there is no pooled curve, the least secant of any
+batch size with two; else flat). Not the least secant first: a closed batch's tail meets each batch size
 with the deep chains it held, and against one point of 26 rows at batch 4 every fewer row
 count was priced all but as dear (flat, where no batch size had two points): the simulated
 Jacobi engine of ``test_budget_refined`` ran 784 of 800 steps plain at 0.87 of the best
@@ -52,17 +54,20 @@ class BatchPrices:
         observe_bucket(self.points.setdefault(key, {}), rows, seconds, 0, self.down, self.up)
 
     def price(self, batch: int, rows: int, stage: int,
-              pooled: Callable[[int], float | None]) -> float | None:
+              pooled: Callable[[int], float | None],
+              falls: Callable[[int], float | None] | None = None) -> float | None:
         """Seconds of a drafting step of ``batch`` requests and ``rows`` rows from this batch
         size's own points; None where it has no mature one (``pooled(rows)``: the pooled
-        curve, for rows past its points)."""
+        curve, for rows past its points; ``falls``: the curve whose fall prices rows below
+        a lone point, ``pooled`` where not given)."""
         pts, slope = self._line((batch, stage))
         if not pts:
             return None
         (x0, y0), (x1, y1) = pts[0], pts[-1]
         if rows <= x0:
             if len(pts) == 1:  # no secant of its own: the pooled curve's fall to here
-                here, there = pooled(rows), pooled(int(round(x0)))
+                falls = falls or pooled
+                here, there = falls(rows), falls(int(round(x0)))
                 if here is not None and there is not None:
                     return max(0.0, y0 - max(0.0, there - here))
                 slope = self._least_slope()

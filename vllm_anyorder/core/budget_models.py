@@ -236,6 +236,20 @@ class StepCost:
             pts = pts + [(x + _FAR, y + slope * _FAR)]
         return pts
 
+    def lowest(self, drafting: bool, stage: int = 1) -> float | None:
+        """The fewest rows this arm measured (None: none)."""
+        pts = self.points(drafting, stage)
+        return pts[0][0] if pts else None
+
+    def row_slope(self, stage: int = 1) -> float:
+        """A drafting row's cost: the drafting arm's own secant where its buckets span
+        ``_SPAN`` rows, else the plain curve's (a row costs what a row costs in either arm,
+        ``_tail_slope``); 0 with neither."""
+        slope = secant(self.points(True, stage), _SPAN)
+        if slope is None:
+            slope = secant(self.points(False), 1.0)
+        return max(0.0, slope or 0.0)
+
     def stage_seconds(self) -> float:
         """What one more drafter forward adds to a step: measured between stage 1 and the
         deepest stage run at the same rows; before any deeper stage ran, what drafting at

@@ -52,8 +52,26 @@ class RowSearch:
         size's own drafting steps where there are some, else the cost model's curve."""
         def pooled(n: int) -> float | None:
             return self.cost.predict(n, True, stage)
-        own = self.prices.price(batch, rows, stage, pooled) if self.prices else None
+        own = self.prices.price(batch, rows, stage, pooled, self._falls(stage)) \
+            if self.prices else None
         return own if own is not None else pooled(rows)
+
+    def _falls(self, stage: int) -> Callable[[int], float | None]:
+        """The pooled drafting curve as a batch size's lone point falls along it
+        (``BatchPrices.price``): down to the drafting arm's fewest rows measured, below them
+        a drafting row's cost (``StepCost.row_slope``), not down to the plain steps the curve
+        is anchored on there: that fall is drafting's fixed price, not rows'. A lone request's
+        one-draft ``specdiff`` step, below its one point (four drafts, 13.9 ms), fell along
+        the jump from a batch-2 warm-up's drafting steps (4-10 rows, 14-17 ms) to its plain
+        steps (6.6 ms at 2 rows): priced 5 ms, it took 13-19 ms, and was chosen and probed
+        first at batch 1 at a loss the books could not carry (issue 22)."""
+        def falls(n: int) -> float | None:
+            low = self.cost.lowest(True, stage)
+            if low is None or n >= low:
+                return self.cost.predict(n, True, stage)
+            at = self.cost.predict(int(math.ceil(low)), True, stage)
+            return None if at is None else at - self.cost.row_slope(stage) * (low - n)
+        return falls
 
     def drain_prices(self, tables: Callable[[bool, int], list[float] | None]
                      ) -> Callable[[int, int, int], float | None] | None:

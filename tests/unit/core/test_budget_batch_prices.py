@@ -109,3 +109,31 @@ def test_the_searches_price_a_batch_size_from_its_own_steps():
         ctl.prices.observe(8, 24, 0.0067)
     assert abs(ctl.search.seconds(8, 16) - 0.0067) < 1e-12
     assert abs(ctl.search.seconds(16, 8) - 0.0070) < 1e-12  # batch 16 has none: pooled
+
+
+def test_below_a_lone_point_a_fixed_drafting_price_is_not_priced_away():
+    """Issue 22, ``specdiff`` on Zen 4: a batch-2 warm-up drafted 4-10 rows at 14-17 ms
+    against 6.6 ms plain at 2 rows (the drafter's forward), then a lone request drafted four
+    (5 rows, 13.9 ms). A one-draft step there (2 rows) fell along the pooled curve down to
+    the plain steps it is anchored on: priced 5.2 ms, it took 13-19 ms, and was chosen first
+    and probed at a loss. Below the drafting arm's fewest rows the fall is a drafting row's
+    cost, not the drafter's price."""
+    ctl = BudgetController(BudgetSettings(max_drafts=8), lambda depth: 1)
+    for _ in range(YOUNG_SAMPLES):
+        ctl.cost.observe(1, False, 0.0058, 0)
+        ctl.cost.observe(2, False, 0.0066, 0)
+        for rows, seconds in ((4, 0.0140), (6, 0.0150), (8, 0.0160), (10, 0.0170)):
+            ctl.cost.observe(rows, True, seconds, 0)
+        ctl.prices.observe(1, 5, 0.0139)
+    one_draft = ctl.search.seconds(1, 1, 1)
+    assert 0.0120 < one_draft <= 0.0139  # it took 13-19 ms; 5.2 ms before
+    assert ctl.search.seconds(1, 4, 4) == 0.0139
+    # where drafting has no fixed price, rows fall along the drafting rows' own cost
+    ctl = BudgetController(BudgetSettings(max_drafts=8))
+    for _ in range(YOUNG_SAMPLES):
+        ctl.cost.observe(1, False, 0.0043, 0)
+        ctl.cost.observe(2, False, 0.0046, 0)
+        for rows in (4, 8, 12, 16):
+            ctl.cost.observe(rows, True, 0.0040 + 0.0003 * rows, 0)
+        ctl.prices.observe(1, 9, 0.0067)
+    assert abs(ctl.search.seconds(1, 1, 1) - (0.0067 - 7 * 0.0003)) < 1e-9
