@@ -86,7 +86,7 @@ class RowSearch:
             def pooled(n: int) -> float | None:  # asked only past the batch size's points
                 table = tables(True, depth)
                 return table[n] if table is not None and n < len(table) else None
-            return price(requests, rows, stage(depth), pooled)
+            return price(requests, rows, stage(depth), pooled, self._falls(stage(depth)))
         return own
 
     def goodput(self, batch: int, rows: int, gain: float, depth: int = 0) -> float | None:

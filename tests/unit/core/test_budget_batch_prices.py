@@ -128,6 +128,9 @@ def test_below_a_lone_point_a_fixed_drafting_price_is_not_priced_away():
     one_draft = ctl.search.seconds(1, 1, 1)
     assert 0.0120 < one_draft <= 0.0139  # it took 13-19 ms; 5.2 ms before
     assert ctl.search.seconds(1, 4, 4) == 0.0139
+    # a closed batch's drain prices it alike
+    drain = ctl.search.drain_prices(ctl.cost.price_tables(16, ctl.search.stage))
+    assert drain(1, 2, 1) == one_draft
     # where drafting has no fixed price, rows fall along the drafting rows' own cost
     ctl = BudgetController(BudgetSettings(max_drafts=8))
     for _ in range(YOUNG_SAMPLES):
