@@ -29,6 +29,7 @@ class RowSearch:
         self.stages = stages
         self.prices = prices
         self._stage_of: dict[int, int] = {}  # stages(depth), cached (the same every step)
+        self._falls_of: dict[int, Callable[[int], float | None]] = {}  # _falls, by stage
 
     def stage(self, depth: int) -> int:
         if self.stages is None or depth <= 0:
@@ -64,13 +65,20 @@ class RowSearch:
         one-draft ``specdiff`` step, below its one point (four drafts, 13.9 ms), fell along
         the jump from a batch-2 warm-up's drafting steps (4-10 rows, 14-17 ms) to its plain
         steps (6.6 ms at 2 rows): priced 5 ms, it took 13-19 ms, and was chosen and probed
-        first at batch 1 at a loss the books could not carry (issue 22)."""
+        first at batch 1 at a loss the books could not carry (issue 22). One per stage, built
+        once: it reads the cost model when called (asked only below a lone point), and the
+        price look-ups run dozens of times a decision."""
+        built = self._falls_of.get(stage)
+        if built is not None:
+            return built
+
         def falls(n: int) -> float | None:
             low = self.cost.lowest(True, stage)
             if low is None or n >= low:
                 return self.cost.predict(n, True, stage)
             at = self.cost.predict(int(math.ceil(low)), True, stage)
             return None if at is None else at - self.cost.row_slope(stage) * (low - n)
+        self._falls_of[stage] = falls
         return falls
 
     def drain_prices(self, tables: Callable[[bool, int], list[float] | None]
