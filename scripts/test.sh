@@ -1,6 +1,19 @@
 #!/usr/bin/env bash
 # Set up (if needed) and run the whole test suite (core, adapters, plugin, e2e, server).
+# Two passes: every test not marked `serial` on pytest-xdist workers, one per core (at most
+# $ANYORDER_TEST_WORKERS, default 2; tests/conftest.py binds each worker's engines to its
+# core), then the `serial` tests (tensor parallel, Ray: a core per rank) alone.
+# Arguments go to both passes (e.g. --durations=60, or a path: tests/unit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-exec .venv/bin/python -m pytest -q -rs "$@"
+cores=$(nproc)
+workers=${ANYORDER_TEST_WORKERS:-2}
+(( workers > cores )) && workers=$cores
+parallel=()
+(( workers > 1 )) && parallel=(-n "$workers" --dist loadfile)
+status=0
+# exit 5: the pass selected no test (e.g. a path without serial tests)
+.venv/bin/python -m pytest -q -rs "${parallel[@]}" -m "not serial" "$@" || { rc=$?; (( rc == 5 )) || status=$rc; }
+.venv/bin/python -m pytest -q -rs -m serial "$@" || { rc=$?; (( rc == 5 )) || status=$rc; }
+exit $status

@@ -9,7 +9,7 @@ import pytest
 
 from e2e.conftest import make_llm, shutdown
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]  # TP ranks: a core each
 
 SHM = Path("/dev/shm")
 

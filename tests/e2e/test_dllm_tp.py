@@ -9,7 +9,7 @@ import pytest
 from e2e.conftest import make_llm, shutdown
 from e2e.test_dllm_decoding import BLOCK, MAX_TOKENS, PROMPTS, STEPS, _generate, _params, _reference
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]  # TP ranks: a core each
 
 
 @pytest.mark.parametrize("kind,method", [("llada", "freedave"), ("dream", "ssd")])

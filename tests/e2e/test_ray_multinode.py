@@ -32,7 +32,7 @@ import pytest
 from e2e.conftest import make_llm, shutdown, stop
 from netns_ray import WORKER_IP, TwoNodeRay, unavailable
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]  # TP ranks: a core each
 pytest.importorskip("ray", reason="Ray tests need the 'ray' extra (pip install .[ray])")
 
 ROOT = Path(__file__).resolve().parents[2]

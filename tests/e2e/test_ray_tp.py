@@ -28,7 +28,7 @@ import pytest
 
 from e2e.conftest import make_llm, shutdown
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]  # TP ranks: a core each
 ray = pytest.importorskip("ray", reason="Ray tests need the 'ray' extra (pip install .[ray])")
 
 PROMPTS = ["abc", "hello world", "klmnop\nab", "def f(x):", "zz", "ghij kl"]

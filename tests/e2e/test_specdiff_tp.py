@@ -6,7 +6,7 @@ import pytest
 
 from e2e.conftest import make_llm, shutdown
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]  # TP ranks: a core each
 
 PROMPTS = ["abc", "hello world", "klmnop\nab", "def f(x):", "zz", "ghij kl", "a b c", "p"]
 
