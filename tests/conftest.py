@@ -69,3 +69,19 @@ def random_drafter(tmp_path_factory):
     from tiny_models import build_tiny_drafter
 
     return build_tiny_drafter(tmp_path_factory.mktemp("random_drafter"), None, vocab_size=64)
+
+
+# The longest modules (seconds on a 2-core EPYC, one xdist worker of two), started first so
+# the workers finish together: collected last, ``test_load`` ran alone for its last 7 minutes
+# while the other worker sat idle. Modules keep their own order within (module-scoped engines).
+SLOW_FIRST = ("test_load.py",  # 443 s: 8 servers
+              "test_bench_serve.py",  # 193 s
+              "test_budget_switching.py",  # ~400 s: 9 engines
+              "test_dllm_decoding.py",  # ~500 s
+              "test_assd_greedy.py",  # ~350 s (alone)
+              "test_server.py", "test_specdiff_greedy.py", "test_jacobi_greedy.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FIRST)))  # stable

@@ -270,17 +270,3 @@ def random_asarm(config: AsArmConfig, seed: int = 0, std: float = 0.2
             else:
                 p.copy_(torch.randn(p.shape, generator=gen) * std)
     return model.eval()
-
-
-def register_hf_config() -> None:
-    """Make ``transformers.AutoConfig`` read ``anyorder_llama`` checkpoints (as a LlamaConfig
-    subclass); an engine that resolves configs through AutoConfig needs this. Idempotent."""
-    from transformers import AutoConfig, LlamaConfig
-
-    class AnyOrderLlamaConfig(LlamaConfig):
-        model_type = MODEL_TYPE
-
-    try:
-        AutoConfig.register(MODEL_TYPE, AnyOrderLlamaConfig)
-    except ValueError:  # already registered
-        pass

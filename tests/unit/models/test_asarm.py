@@ -7,7 +7,7 @@ import torch
 from safetensors.torch import load_file
 
 from vllm_anyorder.model_executor.asarm import (
-    AsArmConfig, load, random_asarm, register_hf_config,
+    AsArmConfig, load, random_asarm,
 )
 from vllm_anyorder.model_executor.xlnet_asarm import XLNetAsArm, random_xlnet
 
@@ -150,8 +150,12 @@ def test_gqa_and_empty_context(llama_asarm):
 def test_auto_config_reads_the_checkpoint(tmp_path, llama_asarm):
     from transformers import AutoConfig
 
-    register_hf_config()
-    register_hf_config()  # idempotent
+    from vllm_anyorder.model_executor.hf_configs import register
+
+    # the one registration (a module-level class: engines pickle the config to their worker
+    # processes; a class defined in a function, as a second copy of this once was, cannot be)
+    register()
+    register()  # idempotent
     llama_asarm.save_pretrained(tmp_path)
     cfg = AutoConfig.from_pretrained(tmp_path)
     assert cfg.model_type == "anyorder_llama" and cfg.num_key_value_heads == 2
