@@ -11,7 +11,9 @@ cores=$(nproc)
 workers=${ANYORDER_TEST_WORKERS:-2}
 (( workers > cores )) && workers=$cores
 parallel=()
-(( workers > 1 )) && parallel=(-n "$workers" --dist loadfile)
+# --no-loadscope-reorder: keep the collection order (tests/conftest.py: longest modules first;
+# xdist would order modules by their number of tests, which sent the one-test test_load last)
+(( workers > 1 )) && parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
 status=0
 # exit 5: the pass selected no test (e.g. a path without serial tests)
 .venv/bin/python -m pytest -q -rs "${parallel[@]}" -m "not serial" "$@" || { rc=$?; (( rc == 5 )) || status=$rc; }

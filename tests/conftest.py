@@ -72,7 +72,7 @@ def random_drafter(tmp_path_factory):
 
 
 # The longest modules (seconds on a 2-core EPYC, one xdist worker of two), started first so
-# the workers finish together: collected last, ``test_load`` ran alone for its last 7 minutes
+# the workers finish together: run last, ``test_load`` ran alone for its last 7 minutes
 # while the other worker sat idle. Modules keep their own order within (module-scoped engines).
 SLOW_FIRST = ("test_load.py",  # 443 s: 8 servers
               "test_bench_serve.py",  # 193 s
