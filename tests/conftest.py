@@ -10,23 +10,32 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 
 def _bind_worker_to_a_core() -> None:
-    """Under pytest-xdist (``scripts/test.sh``: one worker per core), each worker's engines
-    run their OpenMP threads on that worker's own core. vLLM's automatic binding puts every
-    single-rank engine on the same core (it keeps the other for the front end), so two
-    workers' engines shared one core and two workers saved 6% of the suite; with
-    a core each, two e2e modules ran side by side in 238 s against 323 s in turn (2-core
-    EPYC). The worker's own torch work (the unit tiers) runs one thread: two workers of
-    two threads each on two cores took 280 s for ``tests/unit/core`` against 135 s in one
-    process. Tests that start several ranks are marked ``serial`` and run alone, unbound."""
+    """Under pytest-xdist (``scripts/test.sh``: two workers, at most one per core), each
+    worker's engines run their OpenMP threads on that worker's own share of the cores.
+    vLLM's automatic binding puts every single-rank engine on the same core (it keeps the
+    other for the front end), so two workers' engines shared one core and two workers saved
+    6% of the suite; with a core each, two e2e modules ran side by side in 238 s against
+    323 s in turn (2-core EPYC). The worker's own torch work (the unit tiers) runs as many
+    threads as its share has cores: two workers of two threads each on two cores took 280 s
+    for ``tests/unit/core`` against 135 s in one process. Tests that start several ranks are
+    marked ``serial`` and run alone, unbound."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # gw0, gw1, ...
     if not worker.startswith("gw"):
         return
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    cores = worker_cores(int(worker[2:]), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")),
+                         sorted(os.sched_getaffinity(0)))
+    os.environ.setdefault("OMP_NUM_THREADS", str(len(cores.split(","))))
     if "torch" in sys.modules:  # imported before this file (a plugin): too late for the env
         sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    if "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
-        cores = sorted(os.sched_getaffinity(0))
-        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(cores[int(worker[2:]) % len(cores)])
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cores)  # a setting of the user's stands
+
+
+def worker_cores(index: int, workers: int, cores: list[int]) -> str:
+    """Worker ``index``'s share of ``cores`` (``workers`` equal contiguous slices, at least one
+    core each) as vLLM's ``VLLM_CPU_OMP_THREADS_BIND`` reads a CPU list ("0", "4,5,6,7")."""
+    share = max(1, len(cores) // max(1, workers))
+    start = (index * share) % len(cores)
+    return ",".join(str(c) for c in cores[start: start + share])
 
 
 _bind_worker_to_a_core()
