@@ -31,6 +31,16 @@ def gpu_model_runner_cls():
     return _module("vllm.v1.worker.gpu_model_runner").GPUModelRunner
 
 
+def rejection_sampler_cls():
+    """``RejectionSampler`` (the runner's verification of drafts)."""
+    return _module("vllm.v1.sample.rejection_sampler").RejectionSampler
+
+
+def sampler_output_cls():
+    """``SamplerOutput`` (what a sampler's ``forward`` returns)."""
+    return _module("vllm.v1.outputs").SamplerOutput
+
+
 def cpu_triton_utils() -> ModuleType | None:
     """CPU fallbacks for vLLM's Triton kernels (absent from GPU-only builds)."""
     try:

@@ -76,8 +76,8 @@ def test_register_twice_applies_the_front_end_patches_once():
                           and first.__wrapped__.__module__ == "vllm.engine.arg_utils",
         }))
     """, VLLM_PLUGINS="")
-    assert result["applied"] == ["cpu_expand_kernel", "cpu_padded_drafts", "drafts_with_output",
-                                 "infill_requests", "method_names", "spec_method_choices",
+    assert result["applied"] == ["cpu_expand_kernel", "cpu_greedy_verification",
+                                 "cpu_padded_drafts", "drafts_with_output", "infill_requests", "method_names", "spec_method_choices",
                                  "v1_model_runner"]
     assert result["same_wrapper"] and result["kernel_same"]
     assert result["wrapped_by_us"] and result["wraps_vllm"]
@@ -105,6 +105,10 @@ def test_disabled_patch_is_skipped(monkeypatch):
         def use_v2_model_runner(self):
             return False
 
+    class FakeRejectionSampler:
+        def forward(self, metadata, draft_probs, logits, sampling_metadata):
+            return "stock"
+
     stock = FakeEngineArgs.create_speculative_config
     kernels = SimpleNamespace(_expand_kernel_impl=lambda *a: None)
     stock_kernel = kernels._expand_kernel_impl
@@ -113,11 +117,17 @@ def test_disabled_patch_is_skipped(monkeypatch):
     monkeypatch.setattr(_compat, "cpu_triton_utils", lambda: kernels)
     monkeypatch.setattr(_compat, "input_processor_cls", lambda: FakeInputProcessor)
     monkeypatch.setattr(_compat, "vllm_config_cls", lambda: FakeVllmConfig)
+    monkeypatch.setattr(_compat, "rejection_sampler_cls", lambda: FakeRejectionSampler)
+    monkeypatch.setattr(_compat, "sampler_output_cls", lambda: dict)
     monkeypatch.setenv("VLLM_ANYORDER_DISABLE_PATCHES",
                        " cpu_expand_kernel ,infill_requests, spec_method_choices")
     vllm_anyorder.apply_front_end_patches()
     assert patches.applied() == {"method_names", "cpu_padded_drafts",  # no such kernel: no-op
-                                 "v1_model_runner", "drafts_with_output"}
+                                 "v1_model_runner", "drafts_with_output",
+                                 "cpu_greedy_verification"}
+    # off the CPU (a logits tensor elsewhere) vLLM's own path
+    device = SimpleNamespace(device=SimpleNamespace(type="cuda"))
+    assert FakeRejectionSampler().forward(None, None, device, None) == "stock"
     assert FakeInputProcessor().process_inputs("r", None, None) == "stock"
     assert kernels._expand_kernel_impl is stock_kernel
     assert FakeEngineArgs.create_speculative_config is not stock

@@ -96,3 +96,68 @@ def apply_cpu_padded_drafts() -> None:
             start = end
 
     module._rejection_random_sample_kernel_impl = _rejection_random_sample_kernel_impl
+
+
+def apply_cpu_greedy_verification(greedy_verify) -> None:
+    """Verify an all-greedy step's drafts on the CPU build without vLLM's Triton-kernel path.
+
+    Why: at temperature 0 the rejection sampler's work is an argmax per row and a prefix
+    match (``core/greedy_verify``), but on the CPU build it runs the full bonus ``Sampler``,
+    copies the target rows to float32 and launches ``rejection_greedy_sample_kernel``
+    through the Python Triton dispatcher: ~0.6-0.75 ms of every drafting step at batch 1
+    (2-core AMD EPYC, fp32: 8% of a step, a fixed price on every drafting step of every
+    method), against ~0.15 ms for the same rule on plain integers (issue 22).
+    What: wraps ``RejectionSampler.forward``: for a step whose logits are on the CPU, whose
+    requests are all greedy, with no logprobs, penalties, bad words, allowed-token mask,
+    argmax-changing logits processor at work (``min_tokens``), thinking budget or synthetic
+    acceptance, it takes one
+    argmax over the step's logits and applies ``greedy_verify`` (handed in by the caller:
+    ``core.greedy_verify``, vLLM's greedy kernel's rule, the same tokens); every other step
+    runs vLLM's own path.
+    Checked: vLLM 0.32.0 (``v1/sample/rejection_sampler.py:106`` forward, ``:477`` greedy
+    branch, ``:726`` kernel; ``v1/sample/sampler.py:97-103`` the bonus token's float32
+    argmax) and 0.33.0 (same functions; the GPU build never takes this path: its logits are
+    on the GPU).
+    Remove: when vLLM's CPU build verifies greedy drafts without the Triton dispatcher.
+    """
+    cls = _compat.rejection_sampler_cls()
+    output_cls = _compat.sampler_output_cls()
+    original = cls.forward
+
+    @functools.wraps(original)
+    def forward(self, metadata, draft_probs, logits, sampling_metadata):
+        if logits is None or logits.device.type != "cpu" or \
+                not _plain_greedy(self, sampling_metadata):
+            return original(self, metadata, draft_probs, logits, sampling_metadata)
+        import torch
+
+        argmax = logits.argmax(dim=-1).tolist()  # float32 casts of the rows are exact
+        target = [argmax[i] for i in metadata.target_logits_indices.tolist()]
+        bonus = [argmax[i] for i in metadata.bonus_logits_indices.tolist()]
+        rows = greedy_verify(metadata.draft_token_ids.tolist(), list(metadata.num_draft_tokens),
+                             target, bonus, metadata.max_spec_len + 1)
+        return output_cls(sampled_token_ids=torch.tensor(rows, dtype=torch.int32),
+                          logprobs_tensors=None)
+
+    cls.forward = forward
+
+
+def _plain_greedy(sampler, meta) -> bool:
+    """Whether vLLM's rejection sampler would only take argmaxes in this step (the bonus
+    ``Sampler`` and the target rows alike): every request greedy, and nothing that changes
+    logits before the argmax or asks for more than the tokens."""
+    holder = getattr(meta, "thinking_budget_state_holder", None)
+    return bool(meta.all_greedy) and not getattr(sampler, "synthetic_mode", False) \
+        and meta.max_num_logprobs is None and not getattr(meta, "logprob_token_ids", None) \
+        and meta.no_penalties and not meta.bad_words_token_ids \
+        and meta.allowed_token_ids_mask is None \
+        and all(_inert(p) for p in meta.logitsprocs.non_argmax_invariant) \
+        and (holder is None or not holder.has_tracked_requests())
+
+
+def _inert(processor) -> bool:
+    """An argmax-changing logits processor that changes nothing in this step: vLLM builds a
+    ``MinTokensLogitsProcessor`` for every engine, a no-op while no request has a
+    ``min_tokens`` left to reach (its ``min_toks`` is empty)."""
+    return type(processor).__name__ == "MinTokensLogitsProcessor" and \
+        not getattr(processor, "min_toks", True)
