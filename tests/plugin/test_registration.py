@@ -77,8 +77,8 @@ def test_register_twice_applies_the_front_end_patches_once():
         }))
     """, VLLM_PLUGINS="")
     assert result["applied"] == ["cpu_expand_kernel", "cpu_greedy_verification",
-                                 "cpu_padded_drafts", "drafts_with_output", "infill_requests", "method_names", "spec_method_choices",
-                                 "v1_model_runner"]
+                                 "cpu_padded_drafts", "drafts_with_output", "infill_requests",
+                                 "method_names", "spec_method_choices", "v1_model_runner"]
     assert result["same_wrapper"] and result["kernel_same"]
     assert result["wrapped_by_us"] and result["wraps_vllm"]
 

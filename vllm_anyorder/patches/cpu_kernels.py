@@ -110,16 +110,17 @@ def apply_cpu_greedy_verification(greedy_verify) -> None:
     What: wraps ``RejectionSampler.forward``: for a step whose logits are on the CPU, whose
     requests are all greedy, with no logprobs, penalties, bad words, allowed-token mask,
     argmax-changing logits processor at work (``min_tokens``), thinking budget or synthetic
-    acceptance, it takes one
-    argmax over the step's logits and applies ``greedy_verify`` (handed in by the caller:
-    ``core.greedy_verify``, vLLM's greedy kernel's rule, the same tokens); every other step
-    runs vLLM's own path.
+    acceptance, it takes one argmax over the step's logits and applies ``greedy_verify``
+    (handed in by the caller: ``core.greedy_verify``, vLLM's greedy kernel's rule, the same
+    tokens); every other step runs vLLM's own path.
     Checked: vLLM 0.32.0 (``v1/sample/rejection_sampler.py:106`` forward, ``:477`` greedy
     branch, ``:726`` kernel; ``v1/sample/sampler.py:97-103`` the bonus token's float32
     argmax) and 0.33.0 (same functions; the GPU build never takes this path: its logits are
     on the GPU).
     Remove: when vLLM's CPU build verifies greedy drafts without the Triton dispatcher.
     """
+    import torch  # at install, not in every step (vLLM has imported it by then)
+
     cls = _compat.rejection_sampler_cls()
     output_cls = _compat.sampler_output_cls()
     original = cls.forward
@@ -129,8 +130,6 @@ def apply_cpu_greedy_verification(greedy_verify) -> None:
         if logits is None or logits.device.type != "cpu" or \
                 not _plain_greedy(self, sampling_metadata):
             return original(self, metadata, draft_probs, logits, sampling_metadata)
-        import torch
-
         argmax = logits.argmax(dim=-1).tolist()  # float32 casts of the rows are exact
         target = [argmax[i] for i in metadata.target_logits_indices.tolist()]
         bonus = [argmax[i] for i in metadata.bonus_logits_indices.tolist()]
