@@ -63,7 +63,7 @@ class HeldRecords:
     """Records of steps under a reused kept decision to draft, in order, not applied yet."""
 
     __slots__ = ("ops",)
-    STEP, VERIFIED, HEAD, RELAX = range(4)
+    STEP, VERIFIED, HEAD, RELAX, CHAIN = range(5)
 
     def __init__(self) -> None:
         self.ops: list[tuple] = []
@@ -72,12 +72,12 @@ class HeldRecords:
         return bool(self.ops)
 
     def replay(self, step: Callable[..., None], verified: Callable[..., None],
-               head: Callable[[str, int], None], relax: Callable[[list[str], list[int]], None]
-               ) -> None:
+               head: Callable[[str, int], None], relax: Callable[[list[str], list[int]], None],
+               chain: Callable[[str, int, int], None]) -> None:
         """Apply them in order: ``step(rows, drafting, seconds, batch, tokens, depth,
         decision)``, ``verified(req_id, drafted, accepted, age)``, ``head(req_id, accepted)``,
-        ``relax(req_ids, caps)``."""
+        ``relax(req_ids, caps)``, ``chain(req_id, drafted, accepted)``."""
         ops, self.ops = self.ops, []
-        calls = (step, verified, head, relax)
+        calls = (step, verified, head, relax, chain)
         for op, *args in ops:
             calls[op](*args)

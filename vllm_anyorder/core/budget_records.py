@@ -25,7 +25,7 @@ class BudgetRecords:
         if self.held:
             self.held.replay(lambda *step: measure(self, *step), self._verified,
                              lambda req_id, hit: self.calibration.verified(req_id, 1, hit),
-                             self.accept.relax_plain)
+                             self.accept.relax_plain, self.accept.chain_done)
 
     def _holds(self) -> bool:
         """Whether this record is held back (the decision it ran under was a kept one to
@@ -70,6 +70,16 @@ class BudgetRecords:
                   age: int | None = None) -> None:
         self.accept.observe(req_id, drafted, accepted, age)
         self.calibration.verified(req_id, drafted, accepted)
+
+    def record_chain(self, req_id: str, drafted: int, accepted: int) -> None:
+        """Every verified chain as it was (after what :meth:`record_verified` counts of it):
+        what it did sets the class the request's next chain is priced in
+        (``budget_accept``)."""
+        if self._holds():
+            self.held.ops.append((HeldRecords.CHAIN, req_id, drafted, accepted))
+            return
+        self.flush()
+        self.accept.chain_done(req_id, drafted, accepted)
 
     def record_head(self, req_id: str, accepted: bool) -> None:
         """A verified chain the method's counting rule leaves out (``jacobi``: its head cold

@@ -40,5 +40,6 @@ def fingerprint(c) -> dict:
                      for k, v in c.cost.tables.items()},
             "accept": [[[round(h, 9), round(n, 9)] for h, n in table]
                        for table in c.accept.engine],
+            "after": sorted(c.accept.after.items()),
             "calibration": c.calibration.state(),
             "shapes": sorted(c._shapes)}

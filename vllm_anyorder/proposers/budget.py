@@ -186,6 +186,9 @@ class StepBudget:
             for req_id, k, accepted in outcomes:
                 if k and req_id not in heads:
                     self.controller.record_head(req_id, accepted > 0)
+        for req_id, k, accepted in outcomes:  # each chain as it was: the next one's class
+            if k:
+                self.controller.record_chain(req_id, k, accepted)
         if clean and seconds > 0:
             # progress: one per request and its accepted drafts (a step's committed tokens;
             # a denoising round's baseline steps moved, the currency its goodput is in)
