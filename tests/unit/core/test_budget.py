@@ -15,9 +15,10 @@ from vllm_anyorder.core.budget_accept import Acceptance
 from vllm_anyorder.core.budget_models import StepCost
 
 
-def verify(ctl, rng, req_ids, caps, accept) -> int:
+def verify(ctl, rng, req_ids, caps, accept, classes=False) -> int:
     """Request i keeps each of its caps[i] drafts with probability accept[i] until its first
-    rejection; the controller is told. Returns the tokens the step committed."""
+    rejection; the controller is told (and, where ``classes``, each chain's class, as the
+    proposers' adapter tells it: ``test_budget_bursts``). Returns the tokens committed."""
     tokens = 0
     for req_id, k, p in zip(req_ids, caps, accept):
         n = 0
@@ -25,6 +26,8 @@ def verify(ctl, rng, req_ids, caps, accept) -> int:
             n += 1
         if k:
             ctl.record_verified(req_id, k, n)
+            if classes:
+                ctl.record_chain(req_id, k, n)
         tokens += n + 1
     return tokens
 

@@ -13,6 +13,7 @@ from vllm_anyorder.core.budget import BudgetController
 from vllm_anyorder.core.budget_accept import (AFTER_MISS, AFTER_PART, AFTER_WHOLE, Acceptance,
                                               after_class)
 from vllm_anyorder.core.budget_settings import BudgetSettings
+from tests.unit.core.test_budget import verify
 
 
 def test_the_class_a_chain_leaves():
@@ -129,13 +130,7 @@ def test_rows_still_go_to_the_likely_request_with_classes():
     for _ in range(400):
         caps = ctl.allot(ids, [16, 16])
         ctl.record_step(2 + sum(caps), any(caps), 0.010 + 0.002 * (2 + sum(caps)))
-        for req_id, k, p in zip(ids, caps, accept):
-            n = 0
-            while n < k and rng.random() < p:
-                n += 1
-            if k:
-                ctl.record_verified(req_id, k, n)
-                ctl.record_chain(req_id, k, n)
+        verify(ctl, rng, ids, caps, accept, classes=True)
         if not ctl.last.probe:
             chosen.append(caps)
     chosen = chosen[len(chosen) // 2:]
@@ -156,15 +151,7 @@ def goodput(accept, classes, seed, steps=800):
         step = 0.010 + 0.002 * (len(ids) + sum(caps))
         ctl.record_step(len(ids) + sum(caps), any(caps), step)
         seconds += step
-        for req_id, k, p in zip(ids, caps, accept):
-            n = 0
-            while n < k and rng.random() < p:
-                n += 1
-            if k:
-                ctl.record_verified(req_id, k, n)
-                if classes:
-                    ctl.record_chain(req_id, k, n)
-            tokens += n + 1
+        tokens += verify(ctl, rng, ids, caps, accept, classes)
     return tokens / seconds
 
 
