@@ -172,7 +172,8 @@ class Acceptance:
                 for (hits, tries), lean in zip(self.engine_after[age][after - 1], base)]
         return rates
 
-    def _class_of(self, req_id: str | None, own: object) -> tuple[list[float], object]:
+    def _class_of(self, req_id: str | None, own: list[list[float]] | None
+                  ) -> tuple[list[float], list[list[float]] | None]:
         """The rates ``req_id`` leans on and the own counts it is priced by: with a class,
         the engine-wide rates and its own counts of that class (its counts without one
         mix the chains after misses with those after hits)."""
