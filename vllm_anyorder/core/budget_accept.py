@@ -265,5 +265,7 @@ class Acceptance:
         for req_id in [r for r in self.requests if r not in live]:
             del self.requests[req_id]
             self._judged.pop(req_id, None)
-            self.after.pop(req_id, None)
             self.chained.pop(req_id, None)
+        # (a chain its method's rule never counted leaves a class and no counts)
+        for req_id in [r for r in self.after if r not in live]:
+            del self.after[req_id]
