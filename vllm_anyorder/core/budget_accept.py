@@ -250,10 +250,10 @@ class Acceptance:
 
     def relax_plain(self, req_ids: list[str], caps: list[int]) -> None:
         """:meth:`relax` every request of a step that gave it no drafts."""
-        own = self.requests
-        if own:
+        own, after = self.requests, self.after
+        if own or after:  # (a class may stand without counts: ``forget``)
             for req_id, cap in zip(req_ids, caps):
-                if not cap and req_id in own:
+                if not cap and (req_id in own or req_id in after):
                     self.relax(req_id)
 
     def relax_steps(self, req_ids: list[str], steps: int) -> None:

@@ -167,3 +167,10 @@ def test_a_class_without_counts_is_forgotten_when_its_request_leaves():
     acc.chain_done("r", 8, 0)  # a chain its method's rule did not count: a class, no counts
     acc.forget(set())
     assert acc.after == {}
+
+
+def test_a_step_without_drafts_forgets_a_class_without_counts():
+    acc = Acceptance(8)
+    acc.chain_done("r", 8, 0)
+    acc.relax_plain(["r"], [0])
+    assert acc.after == {}
