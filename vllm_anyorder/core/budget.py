@@ -281,12 +281,7 @@ class BudgetController(BudgetRecords):
             price = self.cost.in_plain_steps(batch, rows, self.search.stage(depth[rows]),
                                              self.search.seconds(batch, 0))
             if grow or not rows or (price is not None and not fixed_price(price)):
-                # priced by the requests' own classes (an open batch's, a lone request's):
-                # a chain that changes one decides afresh (KeptDecision.reclass)
-                after = self.accept.after
-                classes = {r: after.get(r, 0) for r in req_ids} if rows and not closed \
-                    else None
-                self.kept.keep(req_ids, caps, keeps, young, grow or not rows, classes)
+                self.kept.keep(req_ids, caps, keeps, young, grow or not rows)
         return caps
 
     def _may_keep(self, batch: int, plain: bool, reused: bool = False) -> bool:

@@ -8,7 +8,6 @@ to draft once reused), replayed in order by :meth:`BudgetRecords.flush` before a
 
 from __future__ import annotations
 
-from .budget_accept import after_class
 from .budget_backlog import HeldRecords
 from .budget_measure import measure
 
@@ -75,9 +74,7 @@ class BudgetRecords:
     def record_chain(self, req_id: str, drafted: int, accepted: int) -> None:
         """Every verified chain as it was (after what :meth:`record_verified` counts of it):
         what it did sets the class the request's next chain is priced in
-        (``budget_accept``); a kept decision priced in its class before is dropped."""
-        if drafted > 0:
-            self.kept.reclass(req_id, after_class(drafted, accepted))
+        (``budget_accept``)."""
         if self._holds():
             self.held.ops.append((HeldRecords.CHAIN, req_id, drafted, accepted))
             return

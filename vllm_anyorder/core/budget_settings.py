@@ -71,9 +71,6 @@ class _Kept(NamedTuple):
     closed: bool  # the batch was closed when it was kept
     young: int  # requests in their young steps when it was kept
     plain: bool  # the caps draft nothing
-    # req_id -> the class of its last chain it was priced in (``budget_accept``), where the
-    # decision was priced by the requests' own counts (None: by engine-wide rates)
-    classes: dict[str, int] | None = None
 
 
 class KeptDecision:
@@ -113,27 +110,14 @@ class KeptDecision:
             return [0] * len(limits)
         return [min(c, lim) for c, lim in zip(kept.caps, limits)]
 
-    def reclass(self, req_id: str, after: int) -> None:
-        """A verified chain left ``req_id`` in class ``after`` (``budget_accept``): a kept
-        decision that priced it in another class is decided afresh. Drafts come in bursts
-        and the class prices the next chain (after a whole chain ~0.9 a position, after a
-        miss 0.34, 0.15, ...); kept three steps, a lone ``jacobi`` request's six-draft choice
-        made after a miss ran on through four whole chains in a row (issue 22)."""
-        kept = self._kept
-        if kept is not None and kept.classes is not None and \
-                kept.classes.get(req_id, after) != after:
-            self._kept = None
-
     def keep(self, req_ids: list[str], caps: list[int], closed: bool = True,
-             young: int = 0, grow: bool = True,
-             classes: dict[str, int] | None = None) -> None:
+             young: int = 0, grow: bool = True) -> None:
         """Keep a fresh decision: ``hold`` steps, doubled (+1) each time deciding afresh gave
         the same caps for the same batch again, up to ``longest`` (a closed batch drafting
         16 each decided the same ~30 times in a row, each decision ~0.3 ms, issue 22);
         ``grow=False``: ``hold`` steps once it repeats the last one kept; a first choice is
         decided afresh the next step, so a lone request's early choices, made on prices not
-        yet measured, are not run three steps each (issue 22). ``classes``: the requests'
-        classes it was priced in (:meth:`reclass`)."""
+        yet measured, are not run three steps each (issue 22)."""
         same = self._last == (req_ids, caps, closed)
         self._repeats = self._repeats + 1 if same else 0
         self._last = (list(req_ids), caps, closed)
@@ -141,7 +125,7 @@ class KeptDecision:
             hold = min(self.longest, (self.hold + 1) * 2 ** min(self._repeats, 8) - 1)
         else:
             hold = self.hold if self._repeats else 0
-        self._kept = _Kept(list(req_ids), caps, closed, young, not any(caps), classes)
+        self._kept = _Kept(list(req_ids), caps, closed, young, not any(caps))
         self._left = hold
 
     def state(self) -> tuple | None:

@@ -11,7 +11,7 @@ import random
 from vllm_anyorder.core.budget import BudgetController
 from vllm_anyorder.core.budget_accept import (AFTER_MISS, AFTER_PART, AFTER_WHOLE, Acceptance,
                                               after_class)
-from vllm_anyorder.core.budget_settings import BudgetSettings, KeptDecision
+from vllm_anyorder.core.budget_settings import BudgetSettings
 from tests.unit.core.test_budget import verify
 
 
@@ -174,55 +174,3 @@ def test_a_step_without_drafts_forgets_a_class_without_counts():
     acc.chain_done("r", 8, 0)
     acc.relax_plain(["r"], [0])
     assert acc.after == {}
-
-
-def test_a_kept_decision_priced_in_one_class_is_dropped_when_the_class_changes():
-    """KeptDecision.reclass: a lone request's choice, kept a few steps, was priced in its
-    class; a chain that moves it to another class sends the next step to a fresh decision.
-    A decision priced by engine-wide rates (a closed batch's drain: no classes) is kept."""
-    kept, yes = KeptDecision(hold=3), (lambda plain: True)
-    kept.keep(["r"], [6], classes={"r": AFTER_MISS})
-    kept.reclass("r", AFTER_MISS)  # still after a miss: the choice stands
-    assert kept.reuse(["r"], [16], True, yes) == [6]
-    kept.reclass("r", AFTER_WHOLE)  # a whole chain: priced anew
-    assert kept.reuse(["r"], [16], True, yes) is None
-    kept.keep(["a", "b"], [2, 2])  # a drain's choice (classes=None)
-    kept.reclass("a", AFTER_WHOLE)
-    assert kept.reuse(["a", "b"], [16, 16], True, yes) == [2, 2]
-
-
-def caps_at_class_changes(seed, steps=800):
-    """``simulate_bursts``' request: the caps of the (non-probe) steps right after its class
-    changed (a miss after hits, a hit after misses), by the class it changed to."""
-    rng = random.Random(seed)
-    ctl = BudgetController(BudgetSettings(max_drafts=16))
-    missed, before, changed = True, None, {AFTER_MISS: [], AFTER_PART: [], AFTER_WHOLE: []}
-    for step in range(steps):
-        cls = ctl.accept.after.get("r")
-        k = ctl.allot(["r"], [16])[0]
-        ctl.record_step(1 + k, k > 0, 0.010 + 0.0004 * k)
-        n = 0
-        if missed:
-            n = 1 if k and rng.random() < 0.3 else 0
-        else:
-            while n < k and rng.random() < 0.97:
-                n += 1
-        if k:
-            ctl.record_verified("r", k, n)
-            ctl.record_chain("r", k, n)
-            missed = n == 0
-        if step >= steps // 4 and k and not ctl.last.probe and before not in (None, cls):
-            changed[cls].append(k)
-        before = cls if k else None
-    return changed
-
-
-def test_the_first_chain_after_a_class_change_is_priced_in_the_new_class():
-    """Kept three steps regardless, the chain right after a miss drafted 16 (the choice made
-    after hits) in two seeds of three; now the miss is priced as a miss (issue 22)."""
-    median = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
-    for seed in range(3):
-        changed = caps_at_class_changes(seed)
-        assert changed[AFTER_MISS] and median(changed[AFTER_MISS]) <= 4
-        hits = changed[AFTER_PART] + changed[AFTER_WHOLE]
-        assert hits and median(hits) >= 12
