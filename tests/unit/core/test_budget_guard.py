@@ -154,7 +154,7 @@ def test_no_single_step_overdraws_the_books():
     assert worst <= 0.01 + 1e-9, worst
 
 
-def test_a_new_book_owes_what_its_neighbour_owes():
+def test_a_new_book_opens_with_its_neighbours_standing():
     guard = LossGuard(share=0.01, horizon=256)
     guard.observe(False, 0.010, 8, 8, 0.010)
     while guard.allows(8):  # batch 8: drafting steps that lose 30 ms each, until it binds
@@ -165,9 +165,14 @@ def test_a_new_book_owes_what_its_neighbour_owes():
     paid = LossGuard(share=0.01, horizon=256)
     for _ in range(100):  # batch 8: drafting pays
         paid.observe(True, 0.010, 12, 8, 0.010)
-    paid.observe(False, 0.010, 7, 7, 0.010)  # batch 7 opens with the full allowance
-    assert paid.lost_share(8) < 0 and paid.lost_share(7) == 0.0
-    assert paid.allowance(7) > 2 * 0.010
+    paid.observe(False, 0.010, 7, 7, 0.010)  # batch 7 opens in batch 8's credit
+    assert paid.lost_share(8) < paid.lost_share(7) < 0.9 * paid.lost_share(8) < 0
+    assert paid.allowance(7) > 10 * (2.56 * 0.010)  # not one fresh allowance: ten and more
+    paid.observe(False, 0.010, 5, 5, 0.010)  # batch 5: its nearest book (7) is two away
+    assert paid.lost_share(5) == 0.0  # credit carries one batch size only (debt: any)
+    fresh = LossGuard(share=0.01, horizon=256)  # no neighbour: the fresh allowance
+    fresh.observe(False, 0.010, 7, 7, 0.010)
+    assert fresh.lost_share(7) == 0.0 and fresh.allowance(7) < 3 * 0.010
 
 
 def test_a_row_counts_first_drafting_step_is_charged_what_the_model_predicted():
