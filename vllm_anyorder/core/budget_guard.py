@@ -48,7 +48,7 @@ at batch 1 is still not spent at batch 8): a fresh engine's book at batch 1 open
 its warm-up's book at batch 2 in credit (drafting had gained 24% of its time there), spent its
 two and a half plain steps' allowance on its first request's cold chains, and that request
 ran 103 of its 128 steps held plain (84 steps against 44 for a fixed chain of 8), so the
-engine's first round ran at 0.75-0.83 of the best fixed chain (``jacobi``, batch 1, issue 22).
+engine's first round ran at 0.75-0.84 of the best fixed chain (``jacobi``, batch 1, issue 22).
 
 No baseline, no drafting: a book opens once there is a plain cost to charge against
 (:meth:`LossGuard.open`; the controller opens it at its decision), and a batch size without a
