@@ -35,7 +35,7 @@ def apply_front_end_patches() -> None:
     """The patches every process needs early, with what they need from the plugin's upper
     layers (the ledger itself imports nothing above ``_compat``)."""
     from vllm_anyorder import engine_setup, infill, methods, patches, runner_choice
-    from vllm_anyorder.core import greedy_verify
+    from vllm_anyorder.core import greedy_verify, sampled_verify
 
     patches.apply("method_names", on_speculative_config=engine_setup.on_speculative_config)
     patches.apply("spec_method_choices", method_names=tuple(methods.METHODS))
@@ -45,6 +45,7 @@ def apply_front_end_patches() -> None:
     patches.apply("cpu_expand_kernel")
     patches.apply("cpu_padded_drafts")
     patches.apply("cpu_greedy_verification", greedy_verify=greedy_verify.greedy_verify)
+    patches.apply("cpu_sampled_verification", sampled_verify=sampled_verify.sampled_verify)
     patches.apply("infill_requests", screen=infill.screen_request,
                   complete=infill.complete_request)
     if os.environ.get(patches.step_timing.ENV, "") == "1":

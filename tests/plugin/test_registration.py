@@ -77,7 +77,8 @@ def test_register_twice_applies_the_front_end_patches_once():
         }))
     """, VLLM_PLUGINS="")
     assert result["applied"] == ["cpu_expand_kernel", "cpu_greedy_verification",
-                                 "cpu_padded_drafts", "drafts_with_output", "infill_requests",
+                                 "cpu_padded_drafts", "cpu_sampled_verification",
+                                 "drafts_with_output", "infill_requests",
                                  "method_names", "spec_method_choices", "v1_model_runner"]
     assert result["same_wrapper"] and result["kernel_same"]
     assert result["wrapped_by_us"] and result["wraps_vllm"]
@@ -124,7 +125,7 @@ def test_disabled_patch_is_skipped(monkeypatch):
     vllm_anyorder.apply_front_end_patches()
     assert patches.applied() == {"method_names", "cpu_padded_drafts",  # no such kernel: no-op
                                  "v1_model_runner", "drafts_with_output",
-                                 "cpu_greedy_verification"}
+                                 "cpu_greedy_verification", "cpu_sampled_verification"}
     # off the CPU (a logits tensor elsewhere) vLLM's own path
     device = SimpleNamespace(device=SimpleNamespace(type="cuda"))
     assert FakeRejectionSampler().forward(None, None, device, None) == "stock"

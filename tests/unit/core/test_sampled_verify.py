@@ -1,0 +1,111 @@
+"""The sampled verification rule (``core/sampled_verify``): each committed token is distributed
+as plain sampling from the target (chi-square over many draws, a wrong rule fails the same
+test), greedy requests take the argmax rule, padded drafts are rejected."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from vllm_anyorder.core import sampled_verify as rule
+from vllm_anyorder.core.greedy_verify import PLACEHOLDER
+
+V = 6
+TARGET = torch.tensor([[0.40, 0.25, 0.15, 0.10, 0.06, 0.04],   # p_1
+                       [0.05, 0.05, 0.50, 0.20, 0.10, 0.10],   # p_2 (the same for any d_1)
+                       [0.30, 0.30, 0.10, 0.10, 0.10, 0.10]])  # p_3, the bonus row
+DRAFT_Q = torch.tensor([[0.10, 0.60, 0.10, 0.10, 0.05, 0.05],
+                        [0.20, 0.20, 0.20, 0.20, 0.10, 0.10]])
+
+
+def committed(num: int, draft_probs: torch.Tensor | None, seed: int = 0):
+    """``num`` verifications of two drafts (sampled from q, or fixed to [1, 3] for point
+    masses), each stacked with one request; returns the committed rows."""
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    if draft_probs is None:
+        drafts = torch.tensor([1, 3] * num)
+    else:
+        drafts = torch.stack([torch.multinomial(draft_probs[j], num, True, generator=gen)
+                              for j in range(2)], dim=1).flatten()
+    probs = TARGET.repeat(num, 1)
+    q = None if draft_probs is None else draft_probs.repeat(num, 1)
+    return rule.sampled_verify(drafts, [2] * num, probs, [False] * num, draft_probs=q)
+
+
+def pvalue(tokens: list[int], p: torch.Tensor) -> float:
+    counts = torch.bincount(torch.tensor(tokens), minlength=V).double()
+    return chisquare(counts.numpy(), (p.double() / p.double().sum() * counts.sum()).numpy()).pvalue
+
+
+def first_token_pvalue(rows) -> float:
+    return pvalue([r[0] for r in rows], TARGET[0])
+
+
+def second_token_pvalue(rows) -> float:
+    """Token 2 of the rows that committed two or more (it follows p_2 for any first token)."""
+    return pvalue([r[1] for r in rows if r[1] != PLACEHOLDER], TARGET[1])
+
+
+@pytest.mark.parametrize("q", [None, DRAFT_Q], ids=["point-mass", "draft-probs"])
+def test_committed_tokens_follow_the_target(q):
+    rows = committed(20000, q)
+    assert first_token_pvalue(rows) > 1e-3
+    assert second_token_pvalue(rows) > 1e-3
+    # rows are drafts accepted in order, then one drawn token, then placeholders
+    assert all(len(r) == 3 and PLACEHOLDER not in r[:1] for r in rows)
+
+
+def test_a_wrong_residual_fails_the_same_test(monkeypatch):
+    # the bug the rule guards against: on rejection, drawing from p instead of (p - q)+
+    original = rule._draw
+
+    def from_p(probs, draws, drafts, draft_probs):
+        return original(probs, [(i, s, r, -1) for i, s, r, _ in draws], drafts, draft_probs)
+
+    monkeypatch.setattr(rule, "_draw", from_p)
+    rows = committed(20000, DRAFT_Q)
+    assert first_token_pvalue(rows) < 1e-6
+
+
+def test_accepting_by_p_alone_fails_the_same_test():
+    # accept with probability p(d) instead of p(d) / q(d): wrong whenever q is not uniform
+    n = 20000
+    torch.manual_seed(1)
+    drafts = torch.multinomial(DRAFT_Q[0], n, True)
+    u = torch.rand(n, dtype=torch.float64) * DRAFT_Q[0][drafts].double()  # u' = u * q(d)
+    rows = rule.sampled_verify(drafts, [1] * n, TARGET[[0, 2]].repeat(n, 1), [False] * n,
+                               draft_probs=DRAFT_Q[[0]].repeat(n, 1), uniform=u)
+    assert first_token_pvalue(rows) < 1e-6
+
+
+def test_padded_drafts_are_rejected_and_the_token_is_drawn_from_p():
+    n = 20000
+    torch.manual_seed(2)
+    rows = rule.sampled_verify(torch.tensor([-1, -1] * n), [2] * n, TARGET.repeat(n, 1),
+                               [False] * n)
+    assert all(r[1:] == [PLACEHOLDER, PLACEHOLDER] for r in rows)
+    assert first_token_pvalue(rows) > 1e-3
+
+
+def test_greedy_requests_take_the_argmax_rule_beside_sampled_ones():
+    probs = torch.cat([TARGET, TARGET[[0, 2]]])  # request 0: two drafts; request 1: one
+    argmax = probs.argmax(dim=-1).tolist()  # [0, 2, 0, 0, 0]
+    out = rule.sampled_verify(torch.tensor([0, 2, 5]), [2, 1], probs, [True, False],
+                              argmax=argmax, uniform=torch.tensor([0.0, 0.0, 0.99]))
+    assert out[0] == [0, 2, 0]  # both drafts match the argmax: they and the bonus
+    assert out[1][0] != 5 and out[1][1:] == [PLACEHOLDER, PLACEHOLDER]  # 0.99 > p(5) / 1
+
+
+def test_requests_without_drafts_draw_their_bonus_token():
+    n = 20000
+    torch.manual_seed(3)
+    rows = rule.sampled_verify(torch.tensor([], dtype=torch.int64), [0] * n,
+                               TARGET[[0]].repeat(n, 1), [False] * n)
+    assert all(len(r) == 1 for r in rows)
+    assert first_token_pvalue(rows) > 1e-3
+
+
+def test_request_rows_lay_out_targets_then_the_bonus_row():
+    assert rule.request_rows([2, 0, 1]) == ([0, 1, 4], [2, 3, 5])
