@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from vllm_anyorder.core.greedy_verify import PLACEHOLDER, greedy_verify
+from .greedy_verify import PLACEHOLDER, greedy_verify
 
 
 def request_rows(num_drafts: list[int]) -> tuple[list[int], list[int]]:
