@@ -35,12 +35,16 @@ def exact(small_vocab_llama):
     return logits
 
 
-def sample(llm, params_kw, num_req=NUM_REQ):
+def sample(llm, params_kw, num_req=NUM_REQ, seeded=False):
+    """``num_req`` x ``N_PER_REQ`` continuations of PROMPT (``seeded``: request i has seed
+    N_PER_REQ * i, and vLLM seeds its samples N_PER_REQ * i + j: a generator for each, no two
+    alike)."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    params = SamplingParams(n=N_PER_REQ, max_tokens=MAX_TOKENS, ignore_eos=True, seed=None,
-                            **params_kw)
+    params = [SamplingParams(n=N_PER_REQ, max_tokens=MAX_TOKENS, ignore_eos=True,
+                             seed=N_PER_REQ * i if seeded else None, **params_kw)
+              for i in range(num_req)]
     outs = llm.generate([TokensPrompt(prompt_token_ids=PROMPT)] * num_req, params, use_tqdm=False)
     return [tuple(c.token_ids) for o in outs for c in o.outputs]
 

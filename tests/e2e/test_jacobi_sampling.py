@@ -52,6 +52,17 @@ def test_jacobi_sampling_matches_the_model(jacobi_llm, exact, params_kw):
     assert_fits(samples, cond, redraw=lambda: sample(jacobi_llm, params_kw))
 
 
+def test_seeded_sampling_matches_the_model_and_reproduces(jacobi_llm, exact, request):
+    """Seeded requests (vLLM keeps a generator for each) draw their acceptances and tokens
+    from it (``cpu_sampled_verification`` on this build): the same distribution, and under
+    the fixed budget (drafts independent of timing) a second run repeats every sample."""
+    samples = sample(jacobi_llm, dict(temperature=1.0), seeded=True)
+    cond = lambda pr: truncated_probs(exact(pr), temperature=1.0)  # noqa: E731
+    assert_fits(samples, cond, redraw=lambda: sample(jacobi_llm, dict(temperature=1.0)))
+    if "fixed" in request.node.callspec.id:
+        assert sample(jacobi_llm, dict(temperature=1.0), seeded=True) == samples
+
+
 def _wrong_rule_samples(exact, seed):
     """jacobi's argmax drafts with a wrong recovery rule: resample from p instead of the
     residual (p without the rejected draft)."""

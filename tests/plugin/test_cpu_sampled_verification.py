@@ -1,5 +1,5 @@
 """The ``cpu_sampled_verification`` patch (``patches/cpu_kernels``) on fake vLLM classes: which
-steps it verifies itself (some request sampled, none seeded, nothing beyond temperature /
+steps it verifies itself (some request sampled, seeded or not, nothing beyond temperature /
 top-k / top-p shaping the distributions, logits on the CPU), how it lays out each row's
 distribution for ``core.sampled_verify``, and that every other step goes to vLLM's path."""
 
@@ -72,6 +72,40 @@ def test_a_sampled_step_gets_each_rows_tempered_distribution(calls):
     torch.testing.assert_close(call["probs"], want)
 
 
+def test_seeded_requests_hand_their_generators_to_the_rule(calls):
+    cls, seen = calls
+    generators = {0: torch.Generator()}
+    cls().forward(METADATA, None, torch.randn(5, 6), sampled_meta(generators=generators))
+    assert seen[0]["generators"] is generators
+
+
+def test_seeded_requests_without_drafts_are_drawn_by_vllms_bonus_sampler(calls):
+    """As on a step where no request drafts, so their generators advance alike either way."""
+    cls, seen = calls
+    drawn = []
+
+    def topk_topp_sampler(logits, generators, k, p):
+        drawn.append((logits, generators, k.tolist(), p))
+        return torch.tensor([9] * logits.shape[0]), None
+
+    sampler = cls()
+    sampler.sampler = SimpleNamespace(topk_topp_sampler=topk_topp_sampler)
+    # request 0 (T 0.5, seeded): no drafts, bonus row 0; request 1 (T 0.25, seeded): draft
+    # [2] at row 1, bonus row 2; request 2 (T 0.5, unseeded): no drafts, bonus row 3
+    metadata = SimpleNamespace(draft_token_ids=torch.tensor([2]), num_draft_tokens=[0, 1, 0],
+                               target_logits_indices=torch.tensor([1]),
+                               bonus_logits_indices=torch.tensor([0, 2, 3]), max_spec_len=1)
+    logits = torch.randn(4, 6)
+    generators = {0: torch.Generator(), 1: torch.Generator()}
+    sampler.forward(metadata, None, logits, sampled_meta(
+        temperature=torch.tensor([0.5, 0.25, 0.5]), generators=generators,
+        top_k=torch.tensor([3, 4, 5])))
+    ((rows, keyed, k, p),) = drawn
+    torch.testing.assert_close(rows, logits[[0]] / 0.5)  # tempered, not yet truncated
+    assert keyed == {0: generators[0]} and k == [3] and p is None
+    assert seen[0]["drawn"] == {0: 9} and seen[0]["generators"] is generators
+
+
 def test_top_k_and_top_p_are_vllms_own_masks(calls, monkeypatch):
     cls, seen = calls
     masked = []
@@ -82,7 +116,7 @@ def test_top_k_and_top_p_are_vllms_own_masks(calls, monkeypatch):
 
 
 @pytest.mark.parametrize("change", [
-    dict(all_greedy=True), dict(generators={0: torch.Generator()}), dict(max_num_logprobs=2),
+    dict(all_greedy=True), dict(max_num_logprobs=2),
     dict(logprob_token_ids={0: [1]}), dict(no_penalties=False),
     dict(bad_words_token_ids={0: [[5]]}),
     dict(allowed_token_ids_mask=torch.zeros(2, 6, dtype=torch.bool)),

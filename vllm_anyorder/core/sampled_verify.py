@@ -15,7 +15,11 @@ top-p applied):
 Each committed token is then distributed exactly as plain sampling from the target would draw
 it. A greedy request (temperature 0) takes the argmax rule of ``core/greedy_verify``. Draws
 are by inverse CDF (:func:`inverse_cdf`; vLLM's kernels race exponentials, the same
-distribution). ``patches/cpu_kernels`` runs this for CPU steps in place of vLLM's kernel
+distribution). A seeded request (its own ``torch.Generator``, as vLLM keeps one per request
+with a ``seed``) takes every uniform it needs from that generator, so its output depends on
+its seed and its drafts only, never on the rest of the batch; a seeded request without drafts
+can be drawn by the caller (``drawn``: vLLM draws it as on a step without drafts, so whether
+the rest of the batch drafted does not change its output). ``patches/cpu_kernels`` runs this for CPU steps in place of vLLM's kernel
 path (issue 22): same distribution, fewer passes over the vocabulary.
 """
 
@@ -42,7 +46,9 @@ def sampled_verify(drafts: torch.Tensor, num_drafts: list[int], probs: torch.Ten
                    draft_probs: torch.Tensor | None = None,
                    uniform: torch.Tensor | None = None,
                    target_rows: list[int] | None = None,
-                   bonus_rows: list[int] | None = None) -> list[list[int]]:
+                   bonus_rows: list[int] | None = None,
+                   generators: dict[int, torch.Generator] | None = None,
+                   drawn: dict[int, int] | None = None) -> list[list[int]]:
     """Each request's committed tokens, padded with :data:`PLACEHOLDER` to max(n) + 1.
 
     ``drafts``: [sum(n)] int, request-major; ``probs``: [sum(n + 1), V] float32, the target's
@@ -51,7 +57,9 @@ def sampled_verify(drafts: torch.Tensor, num_drafts: list[int], probs: torch.Ten
     when some request is greedy); ``draft_probs``: [sum(n), V] the q each draft came from, or
     None (point masses); ``uniform``: [sum(n)] float64 U[0, 1) draws (drawn here if None);
     ``target_rows`` / ``bonus_rows``: where each draft's and each request's bonus row sit in
-    ``probs`` (default: the layout of :func:`request_rows`)."""
+    ``probs`` (default: the layout of :func:`request_rows`); ``generators``: request index ->
+    its generator, for seeded requests (vLLM's ``SamplingMetadata.generators``); ``drawn``:
+    request -> its token, for sampled requests without drafts whose token the caller drew."""
     width = max(num_drafts, default=0) + 1
     if target_rows is None or bonus_rows is None:
         target_rows, bonus_rows = request_rows(num_drafts)
@@ -63,7 +71,7 @@ def sampled_verify(drafts: torch.Tensor, num_drafts: list[int], probs: torch.Ten
         p = flat[torch.tensor([r * vocab + max(d, 0) for r, d in zip(target_rows, drafted)])]
         q = [1.0] * len(drafted) if draft_probs is None else draft_probs.reshape(-1)[
             torch.tensor([j * vocab + max(d, 0) for j, d in enumerate(drafted)])].tolist()
-        u = (torch.rand(len(drafted), dtype=torch.float64) if uniform is None else uniform)
+        u = _uniform(num_drafts, generators or {}) if uniform is None else uniform
         accepted = [d >= 0 and qd > 0 and ud * qd <= pd
                     for d, pd, qd, ud in zip(drafted, p.tolist(), q, u.tolist())]
     out: list[list[int]] = []
@@ -72,7 +80,9 @@ def sampled_verify(drafts: torch.Tensor, num_drafts: list[int], probs: torch.Ten
     draws: list[tuple[int, int, int, int]] = []
     start = 0
     for i, n in enumerate(num_drafts):
-        if greedy[i]:
+        if not n and drawn and i in drawn:
+            row = [drawn[i]]
+        elif greedy[i]:
             row = greedy_verify(drafted[start:start + n], [n],
                                 [argmax[r] for r in target_rows[start:start + n]],
                                 [argmax[bonus_rows[i]]], n + 1)[0]
@@ -86,15 +96,29 @@ def sampled_verify(drafts: torch.Tensor, num_drafts: list[int], probs: torch.Ten
             row = row + [PLACEHOLDER]  # the drawn token's slot
         out.append(row + [PLACEHOLDER] * (width - len(row)))
         start += n
-    for (i, slot, _, _), token in zip(draws, _draw(probs, draws, drafted, draft_probs)):
+    tokens = _draw(probs, draws, drafted, draft_probs, generators or {})
+    for (i, slot, _, _), token in zip(draws, tokens):
         out[i][slot] = token
     return out
 
 
+def _uniform(num_drafts: list[int], generators: dict[int, torch.Generator]) -> torch.Tensor:
+    """[sum(n)] float64 U[0, 1): a seeded request's n from its own generator (none drawn
+    for n = 0, as vLLM's ``generate_uniform_probs``), the rest from the global one."""
+    u = torch.rand(sum(num_drafts), dtype=torch.float64)
+    start = 0
+    for i, n in enumerate(num_drafts):
+        if n and i in generators:
+            u[start:start + n] = torch.rand(n, dtype=torch.float64, generator=generators[i])
+        start += n
+    return u
+
+
 def _draw(probs: torch.Tensor, draws: list[tuple[int, int, int, int]], drafted: list[int],
-          draft_probs: torch.Tensor | None) -> list[int]:
+          draft_probs: torch.Tensor | None,
+          generators: dict[int, torch.Generator]) -> list[int]:
     """One token per draw: from norm((p - q)+) at a rejected draft's row, from p at a bonus
-    row."""
+    row; a seeded request's draw from its generator."""
     if not draws:
         return []
     weights = probs[torch.tensor([d[2] for d in draws])]  # [draws, V], a copy
@@ -105,15 +129,21 @@ def _draw(probs: torch.Tensor, draws: list[tuple[int, int, int, int]], drafted: 
             weights[k, drafted[j]] = 0.0
         else:
             weights[k] = (weights[k] - draft_probs[j]).clamp_(min=0.0)
-    return inverse_cdf(weights).tolist()
+    return inverse_cdf(weights, [generators.get(d[0]) for d in draws]).tolist()
 
 
-def inverse_cdf(weights: torch.Tensor) -> torch.Tensor:
+def inverse_cdf(weights: torch.Tensor,
+                generators: list[torch.Generator | None] | None = None) -> torch.Tensor:
     """One draw per row of ``weights`` [R, V] (>= 0, unnormalised) from norm(row): the first
-    token whose cumulative weight exceeds u * total, u ~ U[0, 1) (float64 sums). A draw over
-    a zero-weight token is impossible (its cumulative weight equals its predecessor's). On
-    CPU this is ~10x cheaper than the exponential race (``exponential_`` over [R, V])."""
+    token whose cumulative weight exceeds u * total, u ~ U[0, 1) (float64 sums; row r's u
+    from ``generators[r]`` where given). A draw over a zero-weight token is impossible (its
+    cumulative weight equals its predecessor's). On CPU this is ~10x cheaper than the
+    exponential race (``exponential_`` over [R, V])."""
     cumulative = weights.to(torch.float64).cumsum(dim=-1)  # [R, V]
-    point = torch.rand(weights.shape[0], 1, dtype=torch.float64) * cumulative[:, -1:]
+    u = torch.rand(weights.shape[0], 1, dtype=torch.float64)
+    for r, generator in enumerate(generators or ()):
+        if generator is not None:
+            u[r] = torch.rand(1, dtype=torch.float64, generator=generator)
+    point = u * cumulative[:, -1:]
     return torch.searchsorted(cumulative, point, right=True).clamp_(max=weights.shape[1] - 1) \
         .squeeze(1)

@@ -167,13 +167,14 @@ def apply_cpu_sampled_verification(sampled_verify) -> None:
     (against 0.05-0.4 ms for the plain ``Sampler``), a fixed price on every drafting step of
     every method at T > 0 that the speculation budget must then beat (issue 22).
     What: wraps ``RejectionSampler.forward``: for a step whose logits are on the CPU, with
-    some request sampled and none seeded, no logprobs, penalties, bad words, allowed-token
-    mask, active logits processor (``min_tokens``; vLLM builds no other for a speculative
-    engine), thinking budget or synthetic acceptance, it scales each row by its request's
-    temperature, applies vLLM's own ``apply_top_k_top_p``, softmaxes once and applies
-    ``sampled_verify`` (handed in by the caller: ``core.sampled_verify``, the rule of vLLM's
-    kernels; greedy requests of a mixed step by argmax). Same distribution of every committed
-    token, not the same random draws; every other step runs vLLM's own path.
+    some request sampled, no logprobs, penalties, bad words, allowed-token mask, active
+    logits processor (``min_tokens``; vLLM builds no other for a speculative engine),
+    thinking budget or synthetic acceptance, it scales each row by its request's temperature,
+    applies vLLM's own ``apply_top_k_top_p``, softmaxes once and applies ``sampled_verify``
+    (handed in by the caller: ``core.sampled_verify``, the rule of vLLM's kernels; greedy
+    requests of a mixed step by argmax; a seeded request draws from its own generator, as in
+    vLLM). Same distribution of every committed token, not the same random draws (a seed
+    reproduces its output on this path, not vLLM's); every other step runs vLLM's own path.
     Checked: vLLM 0.32.0 (``v1/sample/rejection_sampler.py:106`` forward, ``:410``
     ``rejection_sample``, ``:522`` constraints, ``:678`` recovered tokens, ``:829`` kernel;
     ``v1/sample/sampler.py:247`` the bonus ``sample``) and 0.33.0 (same functions; the GPU
@@ -190,8 +191,7 @@ def apply_cpu_sampled_verification(sampled_verify) -> None:
     def forward(self, metadata, draft_probs, logits, sampling_metadata):
         meta = sampling_metadata
         if logits is None or logits.device.type != "cpu" or meta.all_greedy or \
-                meta.generators or meta.logitsprocs.argmax_invariant or \
-                not _plain_sampling(self, meta):
+                meta.logitsprocs.argmax_invariant or not _plain_sampling(self, meta):
             return original(self, metadata, draft_probs, logits, sampling_metadata)
         counts = list(metadata.num_draft_tokens)
         target_rows = metadata.target_logits_indices.tolist()
@@ -207,7 +207,8 @@ def apply_cpu_sampled_verification(sampled_verify) -> None:
         scaled = logits.to(torch.float32)
         scaled = scaled / scale[0] if len(set(scale)) == 1 else \
             scaled / torch.tensor(scale).unsqueeze(1)
-        if meta.top_k is not None or meta.top_p is not None:
+        drawn = _seeded_without_drafts(self, meta, counts, greedy, scaled, bonus_rows)
+        if meta.top_k is not None or meta.top_p is not None:  # masks in place
             at = torch.tensor(request)
             scaled = _compat.apply_top_k_top_p(
                 scaled, None if meta.top_k is None else meta.top_k[at],
@@ -215,11 +216,31 @@ def apply_cpu_sampled_verification(sampled_verify) -> None:
         argmax = logits.argmax(dim=-1).tolist() if any(greedy) else None
         rows = sampled_verify(metadata.draft_token_ids, counts, scaled.softmax(dim=-1), greedy,
                               argmax=argmax, draft_probs=draft_probs, target_rows=target_rows,
-                              bonus_rows=bonus_rows)
+                              bonus_rows=bonus_rows, generators=meta.generators, drawn=drawn)
         return output_cls(sampled_token_ids=torch.tensor(rows, dtype=torch.int32),
                           logprobs_tensors=None)
 
     cls.forward = forward
+
+
+def _seeded_without_drafts(sampler, meta, counts, greedy, tempered, bonus_rows) -> dict:
+    """Request -> token for the seeded sampled requests without drafts in this step, drawn by
+    vLLM's own bonus sampler (``TopKTopPSampler``) from copies of their tempered rows (before
+    top-k / top-p, which the sampler applies), as on a step where no request drafts: such a
+    request takes the same from its generator whether or not others drafted (vLLM's rule
+    too), so a seed reproduces its output however the batch was formed."""
+    import torch
+
+    chosen = [i for i in meta.generators if not counts[i] and not greedy[i]]
+    if not chosen:
+        return {}
+    at = torch.tensor(chosen)
+    tokens, _ = sampler.sampler.topk_topp_sampler(
+        tempered[[bonus_rows[i] for i in chosen]],
+        {k: meta.generators[i] for k, i in enumerate(chosen)},
+        None if meta.top_k is None else meta.top_k[at],
+        None if meta.top_p is None else meta.top_p[at])
+    return dict(zip(chosen, tokens.tolist()))
 
 
 def _plain_sampling(sampler, meta) -> bool:

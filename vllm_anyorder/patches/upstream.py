@@ -59,6 +59,12 @@ SIGNATURES: tuple[Expect, ...] = (
              "temperature", "top_k", "top_p", "generators"),
     *_fields("vllm.v1.sample.logits_processor.state:LogitsProcessors",
              "cpu_sampled_verification", "argmax_invariant"),
+    # a seeded request without drafts is drawn by the bonus sampler's own TopKTopPSampler
+    Expect("vllm.v1.sample.rejection_sampler:RejectionSampler.sampler",
+           "cpu_sampled_verification"),
+    Expect("vllm.v1.sample.sampler:Sampler.topk_topp_sampler", "cpu_sampled_verification"),
+    Expect("vllm.v1.sample.ops.topk_topp_sampler:TopKTopPSampler.forward_cpu",
+           "cpu_sampled_verification", ("self", "logits", "generators", "k", "p")),
     *_fields("vllm.v1.sample.logits_processor.builtin:MinTokensLogitsProcessor",
              "cpu_greedy_verification", "min_toks"),
     *_fields("vllm.v1.outputs:SamplerOutput", "cpu_greedy_verification",

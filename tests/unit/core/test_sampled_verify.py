@@ -19,9 +19,10 @@ DRAFT_Q = torch.tensor([[0.10, 0.60, 0.10, 0.10, 0.05, 0.05],
                         [0.20, 0.20, 0.20, 0.20, 0.10, 0.10]])
 
 
-def committed(num: int, draft_probs: torch.Tensor | None, seed: int = 0):
+def committed(num: int, draft_probs: torch.Tensor | None, seed: int = 0, seeded: bool = False):
     """``num`` verifications of two drafts (sampled from q, or fixed to [1, 3] for point
-    masses), each stacked with one request; returns the committed rows."""
+    masses), each stacked with one request (``seeded``: each with its own generator, seeds
+    seed * num + i); returns the committed rows."""
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     if draft_probs is None:
@@ -31,7 +32,10 @@ def committed(num: int, draft_probs: torch.Tensor | None, seed: int = 0):
                               for j in range(2)], dim=1).flatten()
     probs = TARGET.repeat(num, 1)
     q = None if draft_probs is None else draft_probs.repeat(num, 1)
-    return rule.sampled_verify(drafts, [2] * num, probs, [False] * num, draft_probs=q)
+    generators = {i: torch.Generator().manual_seed(seed * num + i)
+                  for i in range(num)} if seeded else None
+    return rule.sampled_verify(drafts, [2] * num, probs, [False] * num, draft_probs=q,
+                               generators=generators)
 
 
 def pvalue(tokens: list[int], p: torch.Tensor) -> float:
@@ -57,12 +61,51 @@ def test_committed_tokens_follow_the_target(q):
     assert all(len(r) == 3 and PLACEHOLDER not in r[:1] for r in rows)
 
 
+@pytest.mark.parametrize("q", [None, DRAFT_Q], ids=["point-mass", "draft-probs"])
+def test_seeded_requests_follow_the_target_from_their_own_generators(q):
+    rows = committed(20000, q, seeded=True)
+    assert first_token_pvalue(rows) > 1e-3
+    assert second_token_pvalue(rows) > 1e-3
+
+
+def test_a_seed_reproduces_its_request_whatever_the_global_state_and_the_batch():
+    drafts = torch.tensor([1, 3, 0, 2])  # request 0: [1, 3] (seeded), request 1: [0, 2]
+    probs = TARGET.repeat(2, 1)
+    runs = []
+    for global_seed, other in [(0, 0), (1, 1), (2, 1)]:
+        torch.manual_seed(global_seed)
+        runs.append([rule.sampled_verify(drafts, [2, 2], probs, [False, False], generators={
+            0: torch.Generator().manual_seed(seed)})[0] for seed in range(40)])
+    assert runs[0] == runs[1] == runs[2]  # the seeded request ignores the global generator
+    assert len({tuple(r) for r in runs[0]}) > 3  # and its seed matters
+
+
+def test_a_seeded_request_without_drafts_takes_one_uniform_from_its_generator():
+    generator = torch.Generator().manual_seed(5)
+    rule.sampled_verify(torch.tensor([], dtype=torch.int64), [0], TARGET[[0]], [False],
+                        generators={0: generator})
+    expected = torch.Generator().manual_seed(5)
+    torch.rand(1, dtype=torch.float64, generator=expected)
+    assert torch.equal(generator.get_state(), expected.get_state())
+
+
+def test_tokens_the_caller_drew_are_committed_for_requests_without_drafts():
+    generator = torch.Generator().manual_seed(5)
+    state = generator.get_state()
+    out = rule.sampled_verify(torch.tensor([1]), [0, 1], TARGET[[0, 0, 2]], [False, False],
+                              uniform=torch.tensor([0.0]), generators={0: generator},
+                              drawn={0: 4, 1: 5})  # request 1 has a draft: drawn ignored
+    assert out[0] == [4, PLACEHOLDER] and out[1][0] == 1 and out[1][1] != PLACEHOLDER
+    assert torch.equal(generator.get_state(), state)  # the caller's draw took its uniforms
+
+
 def test_a_wrong_residual_fails_the_same_test(monkeypatch):
     # the bug the rule guards against: on rejection, drawing from p instead of (p - q)+
     original = rule._draw
 
-    def from_p(probs, draws, drafts, draft_probs):
-        return original(probs, [(i, s, r, -1) for i, s, r, _ in draws], drafts, draft_probs)
+    def from_p(probs, draws, drafts, draft_probs, generators):
+        return original(probs, [(i, s, r, -1) for i, s, r, _ in draws], drafts, draft_probs,
+                        generators)
 
     monkeypatch.setattr(rule, "_draw", from_p)
     rows = committed(20000, DRAFT_Q)
