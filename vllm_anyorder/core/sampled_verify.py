@@ -13,14 +13,16 @@ top-p applied):
 - when all n are accepted it commits them and a bonus token drawn from p_{n+1} (line 6).
 
 Each committed token is then distributed exactly as plain sampling from the target would draw
-it. A greedy request (temperature 0) takes the argmax rule of ``core/greedy_verify``. Draws
-are by inverse CDF (:func:`inverse_cdf`; vLLM's kernels race exponentials, the same
+it. A greedy request (temperature 0) takes the argmax rule of ``core/greedy_verify``. Only
+the rows the rule reads are normalised (a draft after a rejection is never tested), and
+draws are by inverse CDF (:func:`inverse_cdf`; vLLM's kernels race exponentials, the same
 distribution). A seeded request (its own ``torch.Generator``, as vLLM keeps one per request
 with a ``seed``) takes every uniform it needs from that generator, so its output depends on
-its seed and its drafts only, never on the rest of the batch; a seeded request without drafts
-can be drawn by the caller (``drawn``: vLLM draws it as on a step without drafts, so whether
-the rest of the batch drafted does not change its output). ``patches/cpu_kernels`` runs this for CPU steps in place of vLLM's kernel
-path (issue 22): same distribution, fewer passes over the vocabulary.
+its seed and its drafts only, never on the rest of the batch; a seeded request without
+drafts can be drawn by the caller (``drawn``: vLLM draws it as on a step without drafts, so
+whether the rest of the batch drafted does not change its output). ``patches/cpu_kernels``
+runs this for CPU steps in place of vLLM's kernel path (issue 22): same distribution, fewer
+passes over the vocabulary.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def request_rows(num_drafts: list[int]) -> tuple[list[int], list[int]]:
     return target, bonus
 
 
-def sampled_verify(drafts: torch.Tensor, num_drafts: list[int], probs: torch.Tensor,
+def sampled_verify(drafts: torch.Tensor, num_drafts: list[int], scores: torch.Tensor,
                    greedy: list[bool], argmax: list[int] | None = None,
                    draft_probs: torch.Tensor | None = None,
                    uniform: torch.Tensor | None = None,
@@ -51,31 +53,38 @@ def sampled_verify(drafts: torch.Tensor, num_drafts: list[int], probs: torch.Ten
                    drawn: dict[int, int] | None = None) -> list[list[int]]:
     """Each request's committed tokens, padded with :data:`PLACEHOLDER` to max(n) + 1.
 
-    ``drafts``: [sum(n)] int, request-major; ``probs``: [sum(n + 1), V] float32, the target's
-    sampling distribution at every row (layout of :func:`request_rows`); ``greedy``: [batch]
-    requests verified by argmax, whose rows' argmax is ``argmax`` [sum(n + 1)] (needed only
-    when some request is greedy); ``draft_probs``: [sum(n), V] the q each draft came from, or
-    None (point masses); ``uniform``: [sum(n)] float64 U[0, 1) draws (drawn here if None);
-    ``target_rows`` / ``bonus_rows``: where each draft's and each request's bonus row sit in
-    ``probs`` (default: the layout of :func:`request_rows`); ``generators``: request index ->
-    its generator, for seeded requests (vLLM's ``SamplingMetadata.generators``); ``drawn``:
-    request -> its token, for sampled requests without drafts whose token the caller drew."""
+    ``drafts``: [sum(n)] int, request-major; ``scores``: [sum(n + 1), V] float32 log-weights,
+    the target's sampling distribution at row r being softmax(scores[r]) (logits after
+    temperature and truncation, -inf where excluded; layout of :func:`request_rows`);
+    ``greedy``: [batch] requests verified by argmax, whose rows' argmax is ``argmax``
+    [sum(n + 1)] (needed only when some request is greedy); ``draft_probs``: [sum(n), V] the
+    q each draft came from, or None (point masses); ``uniform``: [sum(n)] float64 U[0, 1)
+    draws (drawn here if None); ``target_rows`` / ``bonus_rows``: where each draft's and each
+    request's bonus row sit in ``scores`` (default: the layout of :func:`request_rows`);
+    ``generators``: request index -> its generator, for seeded requests (vLLM's
+    ``SamplingMetadata.generators``); ``drawn``: request -> its token, for sampled requests
+    without drafts whose token the caller drew.
+
+    Only the rows the rule reads are normalised: a draft is tested once every draft before it
+    was accepted, and one row a request is drawn from."""
     width = max(num_drafts, default=0) + 1
     if target_rows is None or bonus_rows is None:
         target_rows, bonus_rows = request_rows(num_drafts)
-    vocab = probs.shape[1]
     drafted: list[int] = drafts.tolist()
-    accepted: list[bool] = []
-    if drafted:  # line 5 for every draft: u <= p(d) / q(d), i.e. u * q(d) <= p(d)
-        flat = probs.reshape(-1)
-        p = flat[torch.tensor([r * vocab + max(d, 0) for r, d in zip(target_rows, drafted)])]
+    starts = [0] * len(num_drafts)
+    for i in range(1, len(num_drafts)):
+        starts[i] = starts[i - 1] + num_drafts[i - 1]
+    sampled = [i for i, n in enumerate(num_drafts) if n and not greedy[i]]
+    lengths: dict[int, int] = {}  # sampled request -> its accepted prefix length
+    if sampled:
         q = [1.0] * len(drafted) if draft_probs is None else draft_probs.reshape(-1)[
-            torch.tensor([j * vocab + max(d, 0) for j, d in enumerate(drafted)])].tolist()
-        u = _uniform(num_drafts, generators or {}) if uniform is None else uniform
-        accepted = [d >= 0 and qd > 0 and ud * qd <= pd
-                    for d, pd, qd, ud in zip(drafted, p.tolist(), q, u.tolist())]
+            torch.tensor([j * draft_probs.shape[1] + max(d, 0)
+                          for j, d in enumerate(drafted)])].tolist()
+        u = (_uniform(num_drafts, generators or {}) if uniform is None else uniform).tolist()
+        lengths = _accepted_lengths(scores, drafted, [(i, starts[i], num_drafts[i])
+                                                      for i in sampled], target_rows, q, u)
     out: list[list[int]] = []
-    # one draw per sampled request, in request order: (request, output slot, row of probs,
+    # one draw per sampled request, in request order: (request, output slot, row of scores,
     # draft whose q to take away, or -1 for a bonus draw)
     draws: list[tuple[int, int, int, int]] = []
     start = 0
@@ -87,7 +96,7 @@ def sampled_verify(drafts: torch.Tensor, num_drafts: list[int], probs: torch.Ten
                                 [argmax[r] for r in target_rows[start:start + n]],
                                 [argmax[bonus_rows[i]]], n + 1)[0]
         else:
-            j = next((k for k in range(n) if not accepted[start + k]), n)
+            j = lengths.get(i, 0)
             row = drafted[start:start + j]
             if j < n:  # line 7: first rejection at j, draw from norm((p_j - q_j)+)
                 draws.append((i, j, target_rows[start + j], start + j))
@@ -96,10 +105,39 @@ def sampled_verify(drafts: torch.Tensor, num_drafts: list[int], probs: torch.Ten
             row = row + [PLACEHOLDER]  # the drawn token's slot
         out.append(row + [PLACEHOLDER] * (width - len(row)))
         start += n
-    tokens = _draw(probs, draws, drafted, draft_probs, generators or {})
+    tokens = _draw(scores, draws, drafted, draft_probs, generators or {})
     for (i, slot, _, _), token in zip(draws, tokens):
         out[i][slot] = token
     return out
+
+
+def _accepted_lengths(scores: torch.Tensor, drafted: list[int],
+                      requests: list[tuple[int, int, int]], target_rows: list[int],
+                      q: list[float], u: list[float]) -> dict[int, int]:
+    """Line 5 in order: request -> how many of its drafts are accepted before the first
+    rejection. ``requests``: (request, index of its first draft, n). Two passes: every
+    request's first draft, then the rest of the drafts of those that accepted it (rows after
+    a first rejection are not normalised: at low acceptance that is most of them)."""
+    first = _accepts(scores, [s for _, s, _ in requests], drafted, target_rows, q, u)
+    lengths = {i: int(ok) for (i, _, _), ok in zip(requests, first)}
+    rest = [(i, s, n) for (i, s, n), ok in zip(requests, first) if ok and n > 1]
+    if rest:
+        tested = iter(_accepts(scores, [s + j for _, s, n in rest for j in range(1, n)],
+                               drafted, target_rows, q, u))
+        for i, _, n in rest:
+            tail = [next(tested) for _ in range(n - 1)]  # drafts 2..n of request i
+            lengths[i] += next((j for j, ok in enumerate(tail) if not ok), n - 1)
+    return lengths
+
+
+def _accepts(scores: torch.Tensor, flat: list[int], drafted: list[int], target_rows: list[int],
+             q: list[float], u: list[float]) -> list[bool]:
+    """Line 5 for the drafts at ``flat``: u * q(d) <= p(d), p the softmax of the draft's
+    target row; a padded draft (-1) and a draft q gave no mass are rejected."""
+    rows = scores[torch.tensor([target_rows[f] for f in flat])]  # [m, V]
+    tokens = torch.tensor([[max(drafted[f], 0)] for f in flat])  # [m, 1]
+    p = rows.softmax(dim=-1).gather(1, tokens).view(-1).tolist()
+    return [drafted[f] >= 0 and q[f] > 0 and u[f] * q[f] <= pf for f, pf in zip(flat, p)]
 
 
 def _uniform(num_drafts: list[int], generators: dict[int, torch.Generator]) -> torch.Tensor:
@@ -114,14 +152,14 @@ def _uniform(num_drafts: list[int], generators: dict[int, torch.Generator]) -> t
     return u
 
 
-def _draw(probs: torch.Tensor, draws: list[tuple[int, int, int, int]], drafted: list[int],
+def _draw(scores: torch.Tensor, draws: list[tuple[int, int, int, int]], drafted: list[int],
           draft_probs: torch.Tensor | None,
           generators: dict[int, torch.Generator]) -> list[int]:
     """One token per draw: from norm((p - q)+) at a rejected draft's row, from p at a bonus
     row; a seeded request's draw from its generator."""
     if not draws:
         return []
-    weights = probs[torch.tensor([d[2] for d in draws])]  # [draws, V], a copy
+    weights = scores[torch.tensor([d[2] for d in draws])].softmax(dim=-1)  # [draws, V]
     for k, (_, _, _, j) in enumerate(draws):
         if j < 0 or drafted[j] < 0:
             continue  # a bonus draw, or a padded draft (q = 0: the residual is p)

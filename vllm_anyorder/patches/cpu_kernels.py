@@ -170,7 +170,7 @@ def apply_cpu_sampled_verification(sampled_verify) -> None:
     some request sampled, no logprobs, penalties, bad words, allowed-token mask, active
     logits processor (``min_tokens``; vLLM builds no other for a speculative engine),
     thinking budget or synthetic acceptance, it scales each row by its request's temperature,
-    applies vLLM's own ``apply_top_k_top_p``, softmaxes once and applies ``sampled_verify``
+    applies vLLM's own ``apply_top_k_top_p`` and applies ``sampled_verify`` to the rows
     (handed in by the caller: ``core.sampled_verify``, the rule of vLLM's kernels; greedy
     requests of a mixed step by argmax; a seeded request draws from its own generator, as in
     vLLM). Same distribution of every committed token, not the same random draws (a seed
@@ -214,7 +214,7 @@ def apply_cpu_sampled_verification(sampled_verify) -> None:
                 scaled, None if meta.top_k is None else meta.top_k[at],
                 None if meta.top_p is None else meta.top_p[at])
         argmax = logits.argmax(dim=-1).tolist() if any(greedy) else None
-        rows = sampled_verify(metadata.draft_token_ids, counts, scaled.softmax(dim=-1), greedy,
+        rows = sampled_verify(metadata.draft_token_ids, counts, scaled, greedy,
                               argmax=argmax, draft_probs=draft_probs, target_rows=target_rows,
                               bonus_rows=bonus_rows, generators=meta.generators, drawn=drawn)
         return output_cls(sampled_token_ids=torch.tensor(rows, dtype=torch.int32),

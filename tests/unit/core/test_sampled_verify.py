@@ -15,6 +15,7 @@ V = 6
 TARGET = torch.tensor([[0.40, 0.25, 0.15, 0.10, 0.06, 0.04],   # p_1
                        [0.05, 0.05, 0.50, 0.20, 0.10, 0.10],   # p_2 (the same for any d_1)
                        [0.30, 0.30, 0.10, 0.10, 0.10, 0.10]])  # p_3, the bonus row
+SCORES = TARGET.log() + torch.tensor([[1.0], [-2.0], [0.5]])  # log-weights, any shift per row
 DRAFT_Q = torch.tensor([[0.10, 0.60, 0.10, 0.10, 0.05, 0.05],
                         [0.20, 0.20, 0.20, 0.20, 0.10, 0.10]])
 
@@ -30,11 +31,11 @@ def committed(num: int, draft_probs: torch.Tensor | None, seed: int = 0, seeded:
     else:
         drafts = torch.stack([torch.multinomial(draft_probs[j], num, True, generator=gen)
                               for j in range(2)], dim=1).flatten()
-    probs = TARGET.repeat(num, 1)
+    scores = SCORES.repeat(num, 1)
     q = None if draft_probs is None else draft_probs.repeat(num, 1)
     generators = {i: torch.Generator().manual_seed(seed * num + i)
                   for i in range(num)} if seeded else None
-    return rule.sampled_verify(drafts, [2] * num, probs, [False] * num, draft_probs=q,
+    return rule.sampled_verify(drafts, [2] * num, scores, [False] * num, draft_probs=q,
                                generators=generators)
 
 
@@ -70,11 +71,11 @@ def test_seeded_requests_follow_the_target_from_their_own_generators(q):
 
 def test_a_seed_reproduces_its_request_whatever_the_global_state_and_the_batch():
     drafts = torch.tensor([1, 3, 0, 2])  # request 0: [1, 3] (seeded), request 1: [0, 2]
-    probs = TARGET.repeat(2, 1)
+    scores = SCORES.repeat(2, 1)
     runs = []
     for global_seed, other in [(0, 0), (1, 1), (2, 1)]:
         torch.manual_seed(global_seed)
-        runs.append([rule.sampled_verify(drafts, [2, 2], probs, [False, False], generators={
+        runs.append([rule.sampled_verify(drafts, [2, 2], scores, [False, False], generators={
             0: torch.Generator().manual_seed(seed)})[0] for seed in range(40)])
     assert runs[0] == runs[1] == runs[2]  # the seeded request ignores the global generator
     assert len({tuple(r) for r in runs[0]}) > 3  # and its seed matters
@@ -82,7 +83,7 @@ def test_a_seed_reproduces_its_request_whatever_the_global_state_and_the_batch()
 
 def test_a_seeded_request_without_drafts_takes_one_uniform_from_its_generator():
     generator = torch.Generator().manual_seed(5)
-    rule.sampled_verify(torch.tensor([], dtype=torch.int64), [0], TARGET[[0]], [False],
+    rule.sampled_verify(torch.tensor([], dtype=torch.int64), [0], SCORES[[0]], [False],
                         generators={0: generator})
     expected = torch.Generator().manual_seed(5)
     torch.rand(1, dtype=torch.float64, generator=expected)
@@ -92,7 +93,7 @@ def test_a_seeded_request_without_drafts_takes_one_uniform_from_its_generator():
 def test_tokens_the_caller_drew_are_committed_for_requests_without_drafts():
     generator = torch.Generator().manual_seed(5)
     state = generator.get_state()
-    out = rule.sampled_verify(torch.tensor([1]), [0, 1], TARGET[[0, 0, 2]], [False, False],
+    out = rule.sampled_verify(torch.tensor([1]), [0, 1], SCORES[[0, 0, 2]], [False, False],
                               uniform=torch.tensor([0.0]), generators={0: generator},
                               drawn={0: 4, 1: 5})  # request 1 has a draft: drawn ignored
     assert out[0] == [4, PLACEHOLDER] and out[1][0] == 1 and out[1][1] != PLACEHOLDER
@@ -103,8 +104,8 @@ def test_a_wrong_residual_fails_the_same_test(monkeypatch):
     # the bug the rule guards against: on rejection, drawing from p instead of (p - q)+
     original = rule._draw
 
-    def from_p(probs, draws, drafts, draft_probs, generators):
-        return original(probs, [(i, s, r, -1) for i, s, r, _ in draws], drafts, draft_probs,
+    def from_p(scores, draws, drafts, draft_probs, generators):
+        return original(scores, [(i, s, r, -1) for i, s, r, _ in draws], drafts, draft_probs,
                         generators)
 
     monkeypatch.setattr(rule, "_draw", from_p)
@@ -118,7 +119,7 @@ def test_accepting_by_p_alone_fails_the_same_test():
     torch.manual_seed(1)
     drafts = torch.multinomial(DRAFT_Q[0], n, True)
     u = torch.rand(n, dtype=torch.float64) * DRAFT_Q[0][drafts].double()  # u' = u * q(d)
-    rows = rule.sampled_verify(drafts, [1] * n, TARGET[[0, 2]].repeat(n, 1), [False] * n,
+    rows = rule.sampled_verify(drafts, [1] * n, SCORES[[0, 2]].repeat(n, 1), [False] * n,
                                draft_probs=DRAFT_Q[[0]].repeat(n, 1), uniform=u)
     assert first_token_pvalue(rows) < 1e-6
 
@@ -126,16 +127,16 @@ def test_accepting_by_p_alone_fails_the_same_test():
 def test_padded_drafts_are_rejected_and_the_token_is_drawn_from_p():
     n = 20000
     torch.manual_seed(2)
-    rows = rule.sampled_verify(torch.tensor([-1, -1] * n), [2] * n, TARGET.repeat(n, 1),
+    rows = rule.sampled_verify(torch.tensor([-1, -1] * n), [2] * n, SCORES.repeat(n, 1),
                                [False] * n)
     assert all(r[1:] == [PLACEHOLDER, PLACEHOLDER] for r in rows)
     assert first_token_pvalue(rows) > 1e-3
 
 
 def test_greedy_requests_take_the_argmax_rule_beside_sampled_ones():
-    probs = torch.cat([TARGET, TARGET[[0, 2]]])  # request 0: two drafts; request 1: one
-    argmax = probs.argmax(dim=-1).tolist()  # [0, 2, 0, 0, 0]
-    out = rule.sampled_verify(torch.tensor([0, 2, 5]), [2, 1], probs, [True, False],
+    scores = torch.cat([SCORES, SCORES[[0, 2]]])  # request 0: two drafts; request 1: one
+    argmax = scores.argmax(dim=-1).tolist()  # [0, 2, 0, 0, 0]
+    out = rule.sampled_verify(torch.tensor([0, 2, 5]), [2, 1], scores, [True, False],
                               argmax=argmax, uniform=torch.tensor([0.0, 0.0, 0.99]))
     assert out[0] == [0, 2, 0]  # both drafts match the argmax: they and the bonus
     assert out[1][0] != 5 and out[1][1:] == [PLACEHOLDER, PLACEHOLDER]  # 0.99 > p(5) / 1
@@ -145,9 +146,30 @@ def test_requests_without_drafts_draw_their_bonus_token():
     n = 20000
     torch.manual_seed(3)
     rows = rule.sampled_verify(torch.tensor([], dtype=torch.int64), [0] * n,
-                               TARGET[[0]].repeat(n, 1), [False] * n)
+                               SCORES[[0]].repeat(n, 1), [False] * n)
     assert all(len(r) == 1 for r in rows)
     assert first_token_pvalue(rows) > 1e-3
+
+
+def test_truncated_tokens_are_never_accepted_or_drawn():
+    n = 5000
+    torch.manual_seed(4)
+    scores = SCORES[[0, 2]].clone()
+    scores[:, 1] = float("-inf")  # token 1 cut by top-k / top-p at both rows
+    rows = rule.sampled_verify(torch.tensor([1] * n), [1] * n, scores.repeat(n, 1), [False] * n)
+    assert all(r[0] != 1 and r[1] == PLACEHOLDER for r in rows)
+    kept = [0, 2, 3, 4, 5]  # the others keep their relative weights
+    counts = torch.bincount(torch.tensor([r[0] for r in rows]), minlength=V).double()[kept]
+    expected = TARGET[0, kept].double() / TARGET[0, kept].double().sum() * counts.sum()
+    assert chisquare(counts.numpy(), expected.numpy()).pvalue > 1e-3
+
+
+def test_rows_after_a_first_rejection_are_never_read():
+    scores = SCORES.clone()
+    scores[1] = float("nan")  # d_2's row: a rejection at d_1 must not look at it
+    out = rule.sampled_verify(torch.tensor([1, 3]), [2], scores, [False],
+                              uniform=torch.tensor([0.999, 0.0], dtype=torch.float64))
+    assert out[0][0] != 1 and out[0][1:] == [PLACEHOLDER, PLACEHOLDER]  # 0.999 > p(1)
 
 
 def test_request_rows_lay_out_targets_then_the_bonus_row():
