@@ -173,8 +173,9 @@ def apply_cpu_sampled_verification(sampled_verify) -> None:
     applies vLLM's own ``apply_top_k_top_p`` and applies ``sampled_verify`` to the rows
     (handed in by the caller: ``core.sampled_verify``, the rule of vLLM's kernels; greedy
     requests of a mixed step by argmax; a seeded request draws from its own generator, as in
-    vLLM). Same distribution of every committed token, not the same random draws (a seed
-    reproduces its output on this path, not vLLM's); every other step runs vLLM's own path.
+    vLLM). Same distribution of every committed token, not the same random draws (given the
+    same drafts a seed reproduces its output on this path, not vLLM's); every other step runs
+    vLLM's own path.
     Checked: vLLM 0.32.0 (``v1/sample/rejection_sampler.py:106`` forward, ``:410``
     ``rejection_sample``, ``:522`` constraints, ``:678`` recovered tokens, ``:829`` kernel;
     ``v1/sample/sampler.py:247`` the bonus ``sample``) and 0.33.0 (same functions; the GPU
