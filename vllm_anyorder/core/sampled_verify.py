@@ -143,11 +143,17 @@ def _accepts(scores: torch.Tensor, flat: list[int], drafted: list[int], target_r
 def _uniform(num_drafts: list[int], generators: dict[int, torch.Generator]) -> torch.Tensor:
     """[sum(n)] float64 U[0, 1): a seeded request's n from its own generator (none drawn
     for n = 0, as vLLM's ``generate_uniform_probs``), the rest from the global one."""
-    u = torch.rand(sum(num_drafts), dtype=torch.float64)
+    return _uniforms(num_drafts, [generators.get(i) for i in range(len(num_drafts))])
+
+
+def _uniforms(sizes: list[int], generators: list[torch.Generator | None]) -> torch.Tensor:
+    """[sum(sizes)] float64 U[0, 1): slot k's sizes[k] from ``generators[k]`` where given
+    (nothing drawn from it for size 0), the rest from the global generator."""
+    u = torch.rand(sum(sizes), dtype=torch.float64)
     start = 0
-    for i, n in enumerate(num_drafts):
-        if n and i in generators:
-            u[start:start + n] = torch.rand(n, dtype=torch.float64, generator=generators[i])
+    for n, generator in zip(sizes, generators):
+        if n and generator is not None:
+            u[start:start + n] = torch.rand(n, dtype=torch.float64, generator=generator)
         start += n
     return u
 
@@ -178,10 +184,8 @@ def inverse_cdf(weights: torch.Tensor,
     cumulative weight equals its predecessor's). On CPU this is ~10x cheaper than the
     exponential race (``exponential_`` over [R, V])."""
     cumulative = weights.to(torch.float64).cumsum(dim=-1)  # [R, V]
-    u = torch.rand(weights.shape[0], 1, dtype=torch.float64)
-    for r, generator in enumerate(generators or ()):
-        if generator is not None:
-            u[r] = torch.rand(1, dtype=torch.float64, generator=generator)
+    rows = weights.shape[0]
+    u = _uniforms([1] * rows, generators or [None] * rows).unsqueeze(1)  # [R, 1]
     point = u * cumulative[:, -1:]
     return torch.searchsorted(cumulative, point, right=True).clamp_(max=weights.shape[1] - 1) \
         .squeeze(1)

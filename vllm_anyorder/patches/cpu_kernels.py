@@ -230,11 +230,11 @@ def _seeded_without_drafts(sampler, meta, counts, greedy, tempered, bonus_rows) 
     top-k / top-p, which the sampler applies), as on a step where no request drafts: such a
     request takes the same from its generator whether or not others drafted (vLLM's rule
     too), so a seed reproduces its output however the batch was formed."""
-    import torch
-
     chosen = [i for i in meta.generators if not counts[i] and not greedy[i]]
     if not chosen:
         return {}
+    import torch  # (only for steps with such a request)
+
     at = torch.tensor(chosen)
     tokens, _ = sampler.sampler.topk_topp_sampler(
         tempered[[bonus_rows[i] for i in chosen]],
